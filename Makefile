@@ -1,0 +1,34 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+# The environment is rebuilt whenever requirements.txt (the one place versions are pinned) changes.
+PYTHON ?= python3
+VENV := .venv
+PIN_HASH := $(shell $(PYTHON) -c "import hashlib,sys;print(hashlib.sha256(open('requirements.txt','rb').read()).hexdigest()[:16])")
+STAMP := $(VENV)/.pins-$(PIN_HASH)
+BUILD := build
+DEMO_SLUG := tpu_text_classifier
+PY := $(abspath $(VENV))/bin/python
+
+.PHONY: help env demo test bench clean
+
+help: ## List the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'
+
+env: $(STAMP) ## Create the pinned environment in .venv (reused while the pins are unchanged)
+
+$(STAMP): requirements.txt
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -r requirements.txt
+	touch $@
+
+demo: env ## Bake the template with its defaults into build/ and train the offline demo on an XLA CPU device
+	rm -rf $(BUILD)/demo
+	$(PY) -m cookiecutter . --no-input --output-dir $(BUILD)/demo
+	cd $(BUILD)/demo/$(DEMO_SLUG) && PJRT_DEVICE=CPU HF_HUB_OFFLINE=1 $(PY) train.py
+
+test: env ## Run the template's tests (bakes, hooks, the baked project's own tests) and the quick benchmarks
+	PJRT_DEVICE=CPU REQUIRE_XLA=1 HF_HUB_OFFLINE=1 $(PY) -m pytest tests benchmarks
+
+clean: ## Remove baked output (keeps the environment)
+	rm -rf $(BUILD)

@@ -1,0 +1,62 @@
+"""Shape the baked project to the answers, then say what to do next.
+
+A list of small named steps, standard library only, no network.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+ANSWERS = json.loads(r"""{{ cookiecutter | tojson }}""")
+NOTEBOOK_FILES = ("train_on_tpu.ipynb", "tests/test_notebook.py")
+SCRIPT_FILES = ("train.py", "tests/test_script.py")
+BENCHMARK_FILES = ("benchmarks", ".github/workflows/benchmarks.yml")
+
+
+def remove(paths, root: Path) -> None:
+    for name in paths:
+        path = root / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+def remove_unchosen_variants(answers, root: Path) -> None:
+    if answers["variants"] == "script":
+        remove(NOTEBOOK_FILES, root)
+    elif answers["variants"] == "notebook":
+        remove(SCRIPT_FILES, root)
+
+
+def remove_benchmarks_if_unwanted(answers, root: Path) -> None:
+    if not answers["include_benchmarks"]:
+        remove(BENCHMARK_FILES, root)
+
+
+def next_steps(answers) -> str:
+    slug = answers["project_slug"]
+    lines = [
+        f"Baked {slug}/. Next:",
+        f"  cd {slug}",
+        "  python -m venv .venv && . .venv/bin/activate",
+        "  pip install -e '.[xla-cpu,dev]'        # on a TPU host: pip install -e '.[tpu]'",
+    ]
+    if answers["variants"] != "notebook":
+        lines.append("  PJRT_DEVICE=CPU HF_HUB_OFFLINE=1 python train.py   # the offline demo on an XLA CPU device")
+    if answers["variants"] != "script":
+        lines.append("  open train_on_tpu.ipynb in Colab or Kaggle (TPU runtime) and run all cells")
+    lines.append("  PJRT_DEVICE=CPU pytest                  # the project's own tests")
+    lines.append("  README.md explains every target (Colab, Kaggle, TPU VM, pod).")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    root = Path.cwd()
+    remove_unchosen_variants(ANSWERS, root)
+    remove_benchmarks_if_unwanted(ANSWERS, root)
+    print(next_steps(ANSWERS))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Refuse bad answers before cookiecutter writes the project.
+
+Answers arrive as JSON data (never as code), are checked field by field, and the
+first problem is printed as one line naming the field, the value and what is
+allowed. Exiting non-zero makes cookiecutter remove the half-made folder.
+Standard library only: this runs in whatever Python cookiecutter runs in.
+"""
+
+import json
+import keyword
+import math
+import re
+import sys
+
+# Names a generated package must not take: they would shadow what it imports.
+SHADOWED = {
+    "accelerate", "datasets", "tokenizers", "torch", "torch_xla", "transformers",
+    "tqdm", "yaml", "numpy", "tests", "test", "src", "benchmarks", "data", "notebooks",
+}
+FREE_TEXT = ("project_name", "description", "author")
+POSITIVE_INTS = (
+    "num_labels", "train_batch_size", "eval_batch_size", "max_seq_length",
+    "num_epochs", "num_processes",
+)
+CHOICES = {
+    "variants": ("both", "script", "notebook"),
+    "mixed_precision": ("bf16", "no"),
+}
+BOOLEANS = ("shared_model", "downcast_bf16", "include_benchmarks")
+
+
+class AnswerError(ValueError):
+    def __init__(self, field, value, allowed):
+        super().__init__(f"{field}={value!r} is not allowed: {allowed}")
+
+
+def check_free_text(field, value):
+    if not isinstance(value, str) or not value.strip():
+        raise AnswerError(field, value, "give a non-empty line of text")
+    for char in value:
+        if char in "\r\n" or (ord(char) < 32 and char != "\t") or ord(char) == 127:
+            raise AnswerError(field, value, "one line of text without control characters")
+        if ord(char) > 0xFFFF:
+            raise AnswerError(
+                field, value, "characters outside the Basic Multilingual Plane (such as emoji) are not supported"
+            )
+
+
+def check_slug(value):
+    allowed = "a Python package name: lower-case letters, digits and _, not starting with a digit"
+    if not isinstance(value, str) or not re.fullmatch(r"[a-z_][a-z0-9_]*", value):
+        raise AnswerError("project_slug", value, allowed)
+    if keyword.iskeyword(value):
+        raise AnswerError("project_slug", value, "not a Python keyword")
+    if value in SHADOWED or value in sys.stdlib_module_names:
+        raise AnswerError("project_slug", value, "a name that does not shadow a module the project imports")
+
+
+def as_positive_int(field, value):
+    text = str(value).strip()
+    if not re.fullmatch(r"[0-9]+", text) or int(text) < 1:
+        raise AnswerError(field, value, "a positive whole number")
+    return int(text)
+
+
+def check_learning_rate(value):
+    try:
+        rate = float(str(value).strip())
+    except ValueError:
+        rate = math.nan
+    if not (math.isfinite(rate) and rate > 0):
+        raise AnswerError("learning_rate", value, "a positive number such as 2e-5")
+
+
+def as_bool(field, value):
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "y", "1"):
+        return True
+    if text in ("false", "no", "n", "0"):
+        return False
+    raise AnswerError(field, value, "yes or no")
+
+
+def validate(answers):
+    """Raise AnswerError for the first bad answer."""
+    for field in FREE_TEXT:
+        check_free_text(field, answers[field])
+    check_slug(answers["project_slug"])
+    check_free_text("model_name_or_path", answers["model_name_or_path"])
+    for field in POSITIVE_INTS:
+        as_positive_int(field, answers[field])
+    check_learning_rate(answers["learning_rate"])
+    for field, allowed in CHOICES.items():
+        if answers[field] not in allowed:
+            raise AnswerError(field, answers[field], "one of " + ", ".join(allowed))
+    flags = {field: as_bool(field, answers[field]) for field in BOOLEANS}
+    if flags["downcast_bf16"] and answers["mixed_precision"] != "bf16":
+        raise AnswerError(
+            "downcast_bf16", answers["downcast_bf16"], "yes only with mixed_precision=bf16 (Accelerate's rule)"
+        )
+
+
+def main():
+    answers = json.loads(r"""{{ cookiecutter | tojson }}""")
+    try:
+        validate(answers)
+    except AnswerError as error:
+        print(f"ERROR: {error}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Shared test helpers: run training in a fresh process and read its report.
+
+Every training run gets its own process: torch_xla reads its bf16 variables and
+builds its runtime once per process, so runs in one process would leak state.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parent.parent
+CLI = "{{ cookiecutter.project_slug }}.cli"
+XLA_AVAILABLE = importlib.util.find_spec("torch_xla") is not None
+# A small, fast demo configuration for tests (the real demo uses the baked defaults).
+QUICK = ["--demo", "true", "--max_seq_length", "64", "--max_train_examples", "96", "--num_epochs", "1"]
+# Hide torch_xla from this interpreter and everything it imports: a laptop without it.
+NO_XLA_PRELUDE = "import sys; sys.modules['torch_xla'] = None; "
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("xla") and not XLA_AVAILABLE:
+        if os.environ.get("REQUIRE_XLA") == "1":
+            pytest.fail("torch_xla is not installed but REQUIRE_XLA=1: this run must exercise the XLA path")
+        pytest.skip("torch_xla is not installed (pip install -e '.[xla-cpu]' to run the XLA tests)")
+
+
+def child_env(xla: bool = True, **extra) -> dict:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **extra}
+    if xla:
+        env.setdefault("PJRT_DEVICE", "CPU")
+    else:
+        env.pop("PJRT_DEVICE", None)
+    return env
+
+
+def python_command(*args, module: str = CLI, xla: bool = True) -> list[str]:
+    """A command running `module` with args, with torch_xla hidden when xla=False."""
+    if xla:
+        return [sys.executable, "-m", module, *args]
+    code = f"import runpy; sys.argv = {[module, *args]!r}; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+    return [sys.executable, "-c", NO_XLA_PRELUDE + code]
+
+
+def run(command, env=None, timeout=900, check=True) -> subprocess.CompletedProcess:
+    result = subprocess.run(command, cwd=PROJECT, env=env or child_env(), capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{command} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
+    return result
+
+
+def train(tmp_path, *args, xla: bool = True, env=None, check=True):
+    """Run the training command line in a fresh process; return (report dict or None, process)."""
+    output = tmp_path / "outputs"
+    command = python_command("--output_dir", str(output), *args, xla=xla)
+    result = run(command, env=env or child_env(xla), check=check)
+    report_file = output / "report.json"
+    report = json.loads(report_file.read_text()) if report_file.exists() else None
+    return report, result
+
+
+@pytest.fixture
+def run_training(tmp_path):
+    def _run(*args, **kwargs):
+        return train(tmp_path, *args, **kwargs)
+
+    return _run

@@ -1,0 +1,105 @@
+"""The batching policy: every batch XLA sees has the same shape.
+
+XLA compiles one program per distinct input shape. So, by default:
+  - every batch is padded to `max_seq_length` (padding="fixed"); "buckets" pads to
+    a multiple of a quarter of it (a few shapes), "dynamic" to the longest row (a new
+    shape almost every batch: kept only to measure what it costs);
+  - training drops its ragged last batch;
+  - evaluation pads its example list with masked copies up to a whole number of
+    full batches on every process, so each real example is counted exactly once
+    and the last batch has the same shape as the others.
+"""
+
+import math
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+from transformers import DataCollatorWithPadding
+
+VALID = "valid"  # 1 for a real example, 0 for a padding copy
+LAST_BATCH_POLICIES = ("pad", "drop", "ragged")
+
+
+def tokenize(split, tokenizer, text_column, text_pair_column, label_column, max_seq_length):
+    """Token ids without padding (the collator pads) plus integer labels."""
+
+    def encode(rows):
+        pairs = rows[text_pair_column] if text_pair_column else None
+        encoded = tokenizer(rows[text_column], pairs, truncation=True, max_length=max_seq_length)
+        encoded["labels"] = [int(float(label)) for label in rows[label_column]]
+        return encoded
+
+    return split.map(encode, batched=True, remove_columns=split.column_names)
+
+
+def make_collator(tokenizer, padding: str, max_seq_length: int):
+    if padding == "fixed":
+        return DataCollatorWithPadding(tokenizer, padding="max_length", max_length=max_seq_length)
+    if padding == "buckets":
+        return DataCollatorWithPadding(tokenizer, padding="longest", pad_to_multiple_of=max(1, max_seq_length // 4))
+    if padding == "dynamic":
+        return DataCollatorWithPadding(tokenizer, padding="longest")
+    raise ValueError(f"padding={padding!r}: must be fixed, buckets or dynamic")
+
+
+class EpochShuffle(Sampler):
+    """A shuffle that depends only on (seed, epoch), so a resumed run sees the same order."""
+
+    def __init__(self, size: int, seed: int):
+        self.size, self.seed, self.epoch = size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self):
+        return self.size
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        return iter(torch.randperm(self.size, generator=generator).tolist())
+
+
+class MaskedPadding(Dataset):
+    """The eval examples, followed by masked copies of the first one up to `length`."""
+
+    def __init__(self, examples, length: int):
+        self.examples, self.length = examples, max(length, len(examples))
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, index):
+        real = index < len(self.examples)
+        row = dict(self.examples[index if real else 0])
+        row[VALID] = int(real)
+        return row
+
+
+def padded_eval_length(num_examples: int, batch_size: int, num_processes: int) -> int:
+    per_round = batch_size * num_processes
+    return math.ceil(num_examples / per_round) * per_round
+
+
+def train_loader(examples, collator, batch_size: int, seed: int) -> DataLoader:
+    sampler = EpochShuffle(len(examples), seed)
+    return DataLoader(examples, batch_size=batch_size, sampler=sampler, collate_fn=collator, drop_last=True)
+
+
+def eval_loader(examples, collator, batch_size: int, num_processes: int, last_batch: str = "pad") -> DataLoader:
+    """Batches in order; `last_batch` other than "pad" exists to measure what it costs."""
+    if last_batch not in LAST_BATCH_POLICIES:
+        raise ValueError(f"last_batch={last_batch!r}: must be one of {', '.join(LAST_BATCH_POLICIES)}")
+    length = padded_eval_length(len(examples), batch_size, num_processes) if last_batch == "pad" else 0
+    return DataLoader(
+        MaskedPadding(examples, length), batch_size=batch_size, shuffle=False, collate_fn=collator,
+        drop_last=last_batch == "drop",
+    )
+
+
+def eval_batch_size_warning(train_batch_size: int, eval_batch_size: int) -> str | None:
+    if train_batch_size == eval_batch_size:
+        return None
+    return (
+        f"eval_batch_size={eval_batch_size} differs from train_batch_size={train_batch_size}: XLA compiles at least "
+        "one more graph for it, and on a TPU reallocates device memory for the new shape."
+    )

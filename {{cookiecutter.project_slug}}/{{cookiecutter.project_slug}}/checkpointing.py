@@ -1,0 +1,96 @@
+"""Epoch checkpoints that survive a kill at any moment.
+
+Each checkpoint is written into a temporary folder and renamed into place only
+when complete; `LATEST` (replaced atomically) names the newest complete one. A
+kill during a save therefore leaves the previous checkpoint as the one to resume.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from .runtime import barrier
+
+LATEST = "LATEST"
+PROGRESS = "progress.json"
+KEEP = 2
+
+
+class CheckpointProblem(RuntimeError):
+    """A checkpoint could not be written or read; the message says where and why."""
+
+
+def checkpoint_root(output_dir) -> Path:
+    return Path(output_dir) / "checkpoints"
+
+
+def latest_checkpoint(output_dir) -> Path | None:
+    root = checkpoint_root(output_dir)
+    pointer = root / LATEST
+    if not pointer.is_file():
+        return None
+    folder = root / pointer.read_text().strip()
+    return folder if (folder / PROGRESS).is_file() else None
+
+
+def read_progress(folder: Path) -> dict:
+    return json.loads((folder / PROGRESS).read_text())
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    with temporary.open("w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def save_checkpoint(accelerator, output_dir, epoch: int, progress: dict) -> Path:
+    """Save Accelerate's full state after `epoch` (0-based) and make it the one to resume."""
+    root = checkpoint_root(output_dir)
+    name = f"epoch-{epoch + 1}"
+    staging, final = root / f".{name}.partial", root / name
+    try:
+        if accelerator.is_main_process:
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+        barrier(accelerator)
+        accelerator.save_state(str(staging))
+        if accelerator.is_main_process:
+            _write_atomically(staging / PROGRESS, json.dumps({**progress, "epochs_done": epoch + 1}))
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(staging, final)
+            _write_atomically(root / LATEST, name)
+            _prune(root, keep={name})
+    except OSError as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        previous = latest_checkpoint(output_dir)
+        kept = f"; the previous checkpoint {previous} is intact" if previous else ""
+        raise CheckpointProblem(f"cannot write checkpoint {final}: {error.strerror or error}{kept}") from error
+    barrier(accelerator)
+    return final
+
+
+def _prune(root: Path, keep: set) -> None:
+    done = sorted(
+        (path for path in root.glob("epoch-*") if path.is_dir()), key=lambda path: int(path.name.split("-")[1])
+    )
+    for path in done[:-KEEP]:
+        if path.name not in keep:
+            shutil.rmtree(path, ignore_errors=True)
+    for leftover in root.glob(".epoch-*.partial"):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def check_writable(output_dir) -> None:
+    """Fail before training, not after the first epoch, when the output folder is unusable."""
+    folder = Path(output_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as error:
+        raise CheckpointProblem(f"output_dir={str(folder)!r} is not writable: {error.strerror or error}") from error

@@ -1,0 +1,102 @@
+"""Run-time configuration. Defaults are the answers given when the template was baked.
+
+Everything a user turns per run lives here (and so on `train.py`'s command line);
+the template's questions only chose these defaults.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEMO_DATA_DIR = PROJECT_ROOT / "data" / "demo"
+DEFAULT_MODEL = {{ cookiecutter.model_name_or_path | tojson }}
+DEFAULT_DATASET = "glue/mrpc"
+# A from-scratch model learns the demo at a much higher rate than a pretrained one is fine-tuned at.
+DEMO_LEARNING_RATE = 1e-3
+
+
+@dataclass
+class TrainConfig:
+    demo: Optional[bool] = field(
+        default=None,
+        metadata={"help": "Train the offline demo (tiny BERT, shipped data). Default: only when the hub cannot be reached."},
+    )
+    model_name_or_path: str = field(default=DEFAULT_MODEL, metadata={"help": "Hub id or local folder of the model."})
+    dataset: str = field(
+        default=DEFAULT_DATASET,
+        metadata={"help": "Hub data set as name/config (glue/mrpc), or 'files' to use --train_file/--eval_file."},
+    )
+    train_file: Optional[str] = field(default=None, metadata={"help": "Local CSV or JSON lines file for training."})
+    eval_file: Optional[str] = field(default=None, metadata={"help": "Local CSV or JSON lines file for evaluation."})
+    text_column: Optional[str] = field(default=None, metadata={"help": "Text column (default: sentence1 or text)."})
+    text_pair_column: Optional[str] = field(default=None, metadata={"help": "Second text column, if any."})
+    label_column: str = field(default="label", metadata={"help": "Label column (integers 0..num_labels-1)."})
+    num_labels: int = {{ cookiecutter.num_labels }}
+    train_batch_size: int = field(default={{ cookiecutter.train_batch_size }}, metadata={"help": "Per process."})
+    eval_batch_size: int = field(
+        default={{ cookiecutter.eval_batch_size }},
+        metadata={"help": "Per process. A size unlike the train size costs an extra XLA compilation."},
+    )
+    max_seq_length: int = {{ cookiecutter.max_seq_length }}
+    padding: str = field(default="fixed", metadata={"help": "fixed (one shape), buckets, or dynamic (recompiles)."})
+    num_epochs: int = {{ cookiecutter.num_epochs }}
+    learning_rate: Optional[float] = field(
+        default=None,
+        metadata={"help": "Default: {{ cookiecutter.learning_rate }} for a pretrained model, 1e-3 for the demo."},
+    )
+    weight_decay: float = 0.01
+    seed: int = 42
+    mixed_precision: Optional[str] = field(
+        default=None,
+        metadata={"help": "bf16 or no. Default: accelerate launch's setting, else {{ cookiecutter.mixed_precision }}."},
+    )
+    downcast_bf16: Optional[bool] = field(
+        default=None,
+        metadata={
+            "help": "With bf16: float becomes bf16 but double becomes float32 (XLA_DOWNCAST_BF16). "
+            "Default: accelerate launch's setting, else {{ 'yes' if cookiecutter.downcast_bf16 else 'no' }}."
+        },
+    )
+    output_dir: str = field(default="outputs", metadata={"help": "Checkpoints, compilation cache and report."})
+    report: Optional[str] = field(default=None, metadata={"help": "Report JSON path (default: OUTPUT_DIR/report.json)."})
+    resume: bool = field(default=False, metadata={"help": "Continue from the last complete checkpoint."})
+    checkpoint: bool = field(default=True, metadata={"help": "Save a checkpoint after every epoch."})
+    compilation_cache: bool = field(default=True, metadata={"help": "Use PyTorch/XLA's persistent compilation cache."})
+    max_train_examples: Optional[int] = field(default=None, metadata={"help": "Use only this many training examples."})
+
+    @property
+    def pretrained_learning_rate(self) -> float:
+        return {{ cookiecutter.learning_rate }}
+
+    def resolved_learning_rate(self, demo: bool) -> float:
+        if self.learning_rate is not None:
+            return self.learning_rate
+        return DEMO_LEARNING_RATE if demo else self.pretrained_learning_rate
+
+    @property
+    def report_path(self) -> Path:
+        return Path(self.report) if self.report else Path(self.output_dir) / "report.json"
+
+    def __post_init__(self):
+        for name in ("num_labels", "train_batch_size", "eval_batch_size", "max_seq_length", "num_epochs"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{name}={value!r}: must be a positive whole number")
+        if self.max_train_examples is not None and self.max_train_examples < 1:
+            raise ConfigError(f"max_train_examples={self.max_train_examples!r}: must be a positive whole number")
+        if self.learning_rate is not None and not self.learning_rate > 0:
+            raise ConfigError(f"learning_rate={self.learning_rate!r}: must be a positive number")
+        if self.mixed_precision not in (None, "bf16", "no"):
+            raise ConfigError(f"mixed_precision={self.mixed_precision!r}: must be bf16 or no (TPUs do not take fp16)")
+        if self.downcast_bf16 and self.mixed_precision == "no":
+            raise ConfigError("downcast_bf16=True needs mixed_precision=bf16 (Accelerate's rule)")
+        if self.padding not in PADDING_MODES:
+            raise ConfigError(f"padding={self.padding!r}: must be one of {', '.join(PADDING_MODES)}")
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot work; the message names the field."""
+
+
+PADDING_MODES = ("fixed", "buckets", "dynamic")

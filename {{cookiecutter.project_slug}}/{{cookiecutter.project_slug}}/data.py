@@ -1,0 +1,180 @@
+"""Where examples come from: the shipped offline demo, local files, or a hub data set.
+
+Local files are checked row by row before any training starts, so that a bad file
+fails with its name, its line and the problem instead of deep inside a data loader.
+"""
+
+import csv
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import datasets
+
+from .config import DEFAULT_DATASET, DEFAULT_MODEL, DEMO_DATA_DIR, TrainConfig
+
+DEMO_FILES = {"train": DEMO_DATA_DIR / "train.csv", "eval": DEMO_DATA_DIR / "eval.csv"}
+DEMO_VOCAB_SIZE = 800
+
+
+class DataProblem(ValueError):
+    """A data file that cannot be trained on; the message names the file, line and problem."""
+
+
+@dataclass
+class TextData:
+    train: datasets.Dataset
+    eval: datasets.Dataset
+    text_column: str
+    text_pair_column: str | None
+    label_column: str
+    source: str
+
+
+def hub_reachable(model_name_or_path: str) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return False
+    try:
+        import huggingface_hub
+
+        huggingface_hub.model_info(model_name_or_path, timeout=5)
+    except Exception:
+        return False
+    return True
+
+
+def wants_demo(config: TrainConfig) -> bool:
+    """The demo runs when asked for, or when nothing was chosen and the hub is out of reach."""
+    if config.demo is not None:
+        return config.demo
+    chose_something = (
+        config.train_file is not None
+        or config.dataset != DEFAULT_DATASET
+        or config.model_name_or_path != DEFAULT_MODEL
+        or Path(config.model_name_or_path).is_dir()
+    )
+    if chose_something or hub_reachable(config.model_name_or_path):
+        return False
+    print(f"The hub cannot be reached: training the offline demo instead of {config.model_name_or_path} on "
+          f"{config.dataset} (pass --demo false to insist).")
+    return True
+
+
+def _format(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return "csv"
+    if suffix in (".json", ".jsonl"):
+        return "json"
+    raise DataProblem(f"{path}: unsupported file type {suffix!r}; use .csv, .json or .jsonl (JSON lines)")
+
+
+def _rows(path: Path):
+    """Yield (line number, row dict) from a CSV or JSON lines file."""
+    if _format(path) == "csv":
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            try:
+                for row in reader:
+                    yield reader.line_num, row
+            except csv.Error as error:
+                raise DataProblem(f"{path} line {reader.line_num}: not valid CSV ({error})") from None
+        return
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DataProblem(f"{path} line {number}: not valid JSON ({error.msg})") from None
+            if not isinstance(row, dict):
+                raise DataProblem(f"{path} line {number}: expected a JSON object per line")
+            yield number, row
+
+
+def check_file(path, columns: list[str], label_column: str, num_labels: int) -> int:
+    """Refuse a file that cannot be trained on; return its number of examples."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataProblem(f"{path}: file not found")
+    count = 0
+    try:
+        for line, row in _rows(path):
+            missing = [name for name in [*columns, label_column] if name not in row]
+            if missing:
+                raise DataProblem(
+                    f"{path} line {line}: no column {missing[0]!r} (columns: {', '.join(map(str, row))})"
+                )
+            label = row[label_column]
+            try:
+                valid = float(label) == int(float(label)) and 0 <= int(float(label)) < num_labels
+            except (TypeError, ValueError):
+                valid = False
+            if not valid:
+                raise DataProblem(
+                    f"{path} line {line}: label {label!r} is not a whole number in 0..{num_labels - 1} (num_labels={num_labels})"
+                )
+            count += 1
+    except UnicodeDecodeError:
+        raise DataProblem(f"{path}: not UTF-8 text") from None
+    if count == 0:
+        raise DataProblem(f"{path}: no examples (empty file or header only)")
+    return count
+
+
+def _load_files(files: dict, config: TrainConfig, text_column: str, source: str) -> TextData:
+    columns = [text_column] + ([config.text_pair_column] if config.text_pair_column else [])
+    for path in files.values():
+        check_file(path, columns, config.label_column, config.num_labels)
+    fmt = _format(Path(files["train"]))
+    loaded = datasets.load_dataset(fmt, data_files={split: str(path) for split, path in files.items()})
+    return TextData(loaded["train"], loaded["eval"], text_column, config.text_pair_column, config.label_column, source)
+
+
+def load_text_data(config: TrainConfig, demo: bool) -> TextData:
+    if demo:
+        return _load_files(DEMO_FILES, config, config.text_column or "text", "demo")
+    if config.train_file or config.dataset == "files":
+        if not (config.train_file and config.eval_file):
+            raise DataProblem("train_file and eval_file: give both local files (CSV or JSON lines)")
+        files = {"train": config.train_file, "eval": config.eval_file}
+        return _load_files(files, config, config.text_column or "text", "files")
+    name, _, subset = config.dataset.partition("/")
+    loaded = datasets.load_dataset(name, subset or None)
+    eval_split = "validation" if "validation" in loaded else "test"
+    text_column = config.text_column or ("sentence1" if "sentence1" in loaded["train"].column_names else "text")
+    pair = config.text_pair_column or ("sentence2" if "sentence2" in loaded["train"].column_names else None)
+    return TextData(loaded["train"], loaded[eval_split], text_column, pair, config.label_column, config.dataset)
+
+
+def train_demo_tokenizer(texts):
+    """A WordPiece vocabulary learnt from the demo's own texts (no download)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece()
+    tokenizer.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=DEMO_VOCAB_SIZE, special_tokens=specials))
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+
+
+def load_tokenizer(config: TrainConfig, demo: bool):
+    if demo:
+        with DEMO_FILES["train"].open(newline="", encoding="utf-8") as handle:
+            texts = [row[config.text_column or "text"] for row in csv.DictReader(handle)]
+        return train_demo_tokenizer(texts)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(config.model_name_or_path)

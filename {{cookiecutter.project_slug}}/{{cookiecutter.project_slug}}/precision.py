@@ -1,0 +1,140 @@
+"""The precision policy: which bf16 level was asked for, how it is realised, and proof that it was.
+
+Levels (the guide's two, plus none):
+  fp32           everything float32
+  bf16           XLA_USE_BF16: float32 and float64 both become bf16 on the device
+  bf16+downcast  XLA_DOWNCAST_BF16: float32 becomes bf16, float64 becomes float32,
+                 so code that asks for float64 (metrics, logged losses) gets real float32
+
+The XLA variables are read once per process, when the first tensor reaches the
+device, so they are set before that and then checked in a lowered graph. Accelerate
+sets them only on TPUs and has no `downcast_bf16` argument; this module does both
+jobs on every XLA device and keeps Accelerate's own view consistent.
+"""
+
+import os
+import re
+from dataclasses import asdict, dataclass
+
+import torch
+
+from .config import ConfigError, TrainConfig
+from .runtime import uses_xla
+
+BAKED_MIXED_PRECISION = {{ cookiecutter.mixed_precision | tojson }}
+BAKED_DOWNCAST_BF16 = {{ cookiecutter.downcast_bf16 }}
+
+# What each level must do to a float32 and a float64 tensor on an XLA device.
+PROMISED_TYPES = {
+    "fp32": ("f32", "f64"),
+    "bf16": ("bf16", "bf16"),
+    "bf16+downcast": ("bf16", "f32"),
+}
+XLA_VARIABLES = {
+    "fp32": {"XLA_USE_BF16": "0", "XLA_DOWNCAST_BF16": "0"},
+    "bf16": {"XLA_USE_BF16": "1", "XLA_DOWNCAST_BF16": "0"},
+    "bf16+downcast": {"XLA_USE_BF16": "0", "XLA_DOWNCAST_BF16": "1"},
+}
+TRUE_WORDS = ("1", "true", "yes")
+
+
+class PrecisionUnavailable(RuntimeError):
+    """bf16 was asked for and nothing on this machine can deliver it."""
+
+
+@dataclass
+class PrecisionReport:
+    requested: str
+    effective: str
+    via: str
+    verified: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def requested_level(config: TrainConfig) -> str:
+    """The level asked for: train.py's flags, else `accelerate launch`'s, else the baked answers."""
+    mixed = config.mixed_precision or os.environ.get("ACCELERATE_MIXED_PRECISION") or BAKED_MIXED_PRECISION
+    if config.downcast_bf16 is not None:
+        downcast = config.downcast_bf16
+    elif "ACCELERATE_DOWNCAST_BF16" in os.environ:
+        downcast = os.environ["ACCELERATE_DOWNCAST_BF16"].strip().lower() in TRUE_WORDS
+    else:
+        downcast = BAKED_DOWNCAST_BF16 and mixed == "bf16"
+    if mixed not in ("bf16", "no"):
+        raise ConfigError(f"mixed_precision={mixed!r}: must be bf16 or no (TPUs do not take fp16)")
+    if downcast and mixed != "bf16":
+        raise ConfigError("downcast_bf16 needs mixed_precision=bf16 (Accelerate's rule)")
+    if mixed == "no":
+        return "fp32"
+    return "bf16+downcast" if downcast else "bf16"
+
+
+def accelerate_mixed_precision(level: str) -> str:
+    return "no" if level == "fp32" else "bf16"
+
+
+def set_xla_variables(level: str) -> None:
+    """Ask torch_xla for the level; must run before the first tensor reaches an XLA device."""
+    os.environ.update(XLA_VARIABLES[level])
+    # Accelerate's own switch, so that its TPU code path sets the same variables.
+    if level == "bf16+downcast":
+        os.environ["ACCELERATE_DOWNCAST_BF16"] = "true"
+    else:
+        os.environ.pop("ACCELERATE_DOWNCAST_BF16", None)
+
+
+def lowered_types(device) -> tuple[str, str]:
+    """Element types a float32 and a float64 computation get in this process's XLA graph."""
+    import torch_xla
+
+    f32 = torch.ones(2, 2, dtype=torch.float32, device=device)
+    f64 = torch.ones(2, dtype=torch.float64, device=device)
+    found = []
+    for tensor in (f32 @ f32, f64 * 3):
+        text = torch_xla._XLAC._get_xla_tensors_text([tensor])
+        root = [line for line in text.splitlines() if "ROOT=" in line]
+        match = re.search(r"=\s*(bf16|f16|f32|f64)\[", root[0]) if root else None
+        found.append(match.group(1) if match else "unknown")
+    return found[0], found[1]
+
+
+def describe(types: tuple[str, str]) -> str:
+    return f"f32->{types[0]}, f64->{types[1]} in graph"
+
+
+def realise(level: str, device, native_amp: bool) -> PrecisionReport:
+    """Check the level in a lowered graph; say how it is (or will be) delivered."""
+    if not uses_xla(device):
+        if level == "fp32":
+            return PrecisionReport(level, level, "no mixed precision", "off XLA: nothing to check")
+        if not native_amp:
+            raise PrecisionUnavailable(f"bf16 was requested but Accelerate cannot autocast on {device}")
+        # Off XLA there is no float64-to-float32 switch: downcast means bf16 compute, float32 metrics.
+        return PrecisionReport(level, level, f"torch.autocast({device.type}, bfloat16)", "autocast context active")
+    types = lowered_types(device)
+    variable = {"fp32": "none", "bf16": "XLA_USE_BF16", "bf16+downcast": "XLA_DOWNCAST_BF16"}[level]
+    if types == PROMISED_TYPES[level]:
+        return PrecisionReport(level, level, variable, describe(types))
+    if level == "fp32":
+        raise PrecisionUnavailable(f"float32 was requested but the graph holds {describe(types)}: unset XLA_USE_BF16")
+    return PrecisionReport(
+        level,
+        "bf16 (model cast)",
+        "model.to(torch.bfloat16)",
+        f"{variable} ignored ({describe(types)}); parameters cast to bfloat16",
+    )
+
+
+def uses_model_cast(report: PrecisionReport) -> bool:
+    return report.via == "model.to(torch.bfloat16)"
+
+
+def metric_dtype(report: PrecisionReport) -> torch.dtype:
+    """dtype to accumulate metrics in so that the device computes them in float32.
+
+    Under XLA_DOWNCAST_BF16 only float64 stays wide (as float32); under plain
+    XLA_USE_BF16 every float is bf16, the cost the guide names for that level.
+    """
+    return torch.float64 if report.via == "XLA_DOWNCAST_BF16" else torch.float32

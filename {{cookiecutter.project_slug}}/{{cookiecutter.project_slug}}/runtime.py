@@ -1,0 +1,161 @@
+"""Where the code runs: XLA or not, which device, how many graphs it compiled.
+
+Nothing here touches an XLA device at import time: the notebook imports this
+module in the parent process, which must stay device-free until launch.
+"""
+
+import importlib.util
+import os
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class EnvironmentProblem(RuntimeError):
+    """The installed stack cannot run as asked; the message says how to fix it."""
+
+
+def xla_installed() -> bool:
+    return importlib.util.find_spec("torch_xla") is not None
+
+
+def check_stack() -> None:
+    """Turn the common set-up mistakes into one readable line each."""
+    wants_tpu = os.environ.get("PJRT_DEVICE", "").upper() == "TPU"
+    if not xla_installed():
+        if wants_tpu:
+            raise EnvironmentProblem(
+                "PJRT_DEVICE=TPU but torch_xla is not installed: run `pip install -e '.[tpu]'` on the TPU host"
+            )
+        return
+    import torch
+
+    import torch_xla
+
+    torch_release = torch.__version__.split("+")[0]
+    xla_release = torch_xla.__version__.split("+")[0]
+    if torch_release.rsplit(".", 1)[0] != xla_release.rsplit(".", 1)[0]:
+        raise EnvironmentProblem(
+            f"torch {torch_release} does not match torch_xla {xla_release}: "
+            f"install the pair together, e.g. `pip install torch=={xla_release} torch_xla[tpu]=={xla_release}`"
+        )
+    if wants_tpu and importlib.util.find_spec("libtpu") is None and not Path("/dev/accel0").exists():
+        raise EnvironmentProblem(
+            "PJRT_DEVICE=TPU but this machine has no TPU (no libtpu, no /dev/accel*): "
+            "unset PJRT_DEVICE, or set PJRT_DEVICE=CPU for an XLA device on the CPU"
+        )
+
+
+def uses_xla(device) -> bool:
+    return getattr(device, "type", str(device)) == "xla"
+
+
+def sync(device, wait: bool = False) -> None:
+    """Cut the lazy graph here so that every step runs the same compiled program."""
+    if uses_xla(device):
+        import torch_xla
+
+        torch_xla.sync(wait=wait)
+
+
+def device_kind(device) -> str:
+    """'TPU', 'CPU', 'CUDA'... for an XLA device; the torch device type otherwise."""
+    if uses_xla(device):
+        import torch_xla.runtime as xr
+
+        return f"xla:{xr.device_type()}"
+    return str(getattr(device, "type", device))
+
+
+def init_compilation_cache(cache_dir: Path) -> Path | None:
+    """Turn on PyTorch/XLA's persistent cache; one folder per process so writers never collide.
+
+    Must run before the first computation of the process. Returns the folder, or
+    None where XLA is absent or the cache was already set up in this process.
+    """
+    if not xla_installed():
+        return None
+    import torch_xla
+    import torch_xla.runtime as xr
+
+    if torch_xla._XLAC._xla_computation_cache_is_initialized():
+        return None
+    rank = os.environ.get("PJRT_LOCAL_PROCESS_RANK") or os.environ.get("LOCAL_RANK") or "0"
+    folder = Path(cache_dir) / f"process-{rank}"
+    folder.mkdir(parents=True, exist_ok=True)
+    xr.initialize_cache(str(folder), readonly=False)
+    return folder
+
+
+@dataclass
+class CompileCounts:
+    compilations: int | None
+    compile_seconds: float | None
+    cache_hits: int | None
+    cache_misses: int | None
+    cache_read_failures: int | None
+
+
+def compile_counts() -> CompileCounts:
+    """Process-wide XLA compilation counters (None off XLA)."""
+    if not xla_installed() or "torch_xla" not in sys.modules:
+        return CompileCounts(None, None, None, None, None)
+    import torch_xla.debug.metrics as met
+
+    data = met.metric_data("CompileTime")
+    seconds = data[1] / 1e9 if data else 0.0
+    return CompileCounts(
+        compilations=met.counter_value("UncachedCompile") or 0,
+        compile_seconds=seconds,
+        cache_hits=met.counter_value("PersistentCacheHit") or 0,
+        cache_misses=met.counter_value("PersistentCacheMiss") or 0,
+        cache_read_failures=met.counter_value("PersistentCacheDeserializeFailure") or 0,
+    )
+
+
+@contextmanager
+def counting_compilations():
+    """Yield a dict filled, on exit, with the compilations made inside the block."""
+    before = compile_counts()
+    result = {}
+    try:
+        yield result
+    finally:
+        after = compile_counts()
+        for name in CompileCounts.__dataclass_fields__:
+            old, new = getattr(before, name), getattr(after, name)
+            result[name] = None if new is None else new - (old or 0)
+
+
+def device_zeros(size: int, dtype, device):
+    """A zero accumulator that reaches the device as data, not as a graph constant.
+
+    A 0-d tensor would be folded into the next graph as a constant, making the first
+    step's graph differ from every later one (one extra compilation).
+    """
+    import torch
+
+    return torch.zeros(size, dtype=dtype).to(device)
+
+
+def barrier(accelerator) -> None:
+    """wait_for_everyone, skipped for one process: on XLA it compiles a rendezvous graph."""
+    if accelerator.num_processes > 1:
+        accelerator.wait_for_everyone()
+
+
+@contextmanager
+def main_process_first(accelerator):
+    if accelerator.num_processes > 1:
+        with accelerator.main_process_first():
+            yield
+    else:
+        yield
+
+
+def sum_over_processes(accelerator, tensor):
+    """Sum across processes; a no-op (and no extra graph) for one process."""
+    if accelerator.num_processes == 1:
+        return tensor
+    return accelerator.reduce(tensor, reduction="sum")

@@ -1,0 +1,200 @@
+"""The training function shared by train.py and the notebook.
+
+`training_function(model, config)` creates everything device-related itself, so
+that a notebook can build the model in its parent process, touch no device, and
+hand the model to `notebook_launcher` (the shared-model pattern).
+"""
+
+import time
+from dataclasses import asdict
+
+import torch
+from tqdm.auto import tqdm
+
+from . import batching, checkpointing, precision, runtime
+from .config import TrainConfig
+from .data import load_text_data, load_tokenizer, wants_demo
+from .modeling import build_model, use_graph_friendly_attention
+from .report import format_table, write_report
+
+
+def training_function(model=None, config: TrainConfig | None = None) -> dict:
+    """Train and evaluate; return the report. Builds the model only when none is passed in."""
+    config = config or TrainConfig()
+    runtime.check_stack()
+    checkpointing.check_writable(config.output_dir)
+    level = precision.requested_level(config)
+    # Both must happen before the first tensor reaches an XLA device in this process.
+    cache_dir = runtime.init_compilation_cache(f"{config.output_dir}/xla-cache") if config.compilation_cache else None
+    if runtime.xla_installed():
+        precision.set_xla_variables(level)
+
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+
+    accelerator = Accelerator(
+        mixed_precision=precision.accelerate_mixed_precision(level),
+        cpu=not runtime.xla_installed() and not torch.cuda.is_available(),
+    )
+    set_seed(config.seed)
+    with runtime.counting_compilations() as compiled:
+        precision_report = precision.realise(level, accelerator.device, accelerator.native_amp)
+        report = _train(accelerator, model, config, precision_report)
+    report.update(
+        xla_compilations=compiled["compilations"],
+        compile_seconds=compiled["compile_seconds"],
+        compilation_cache=None if cache_dir is None else {
+            "folder": str(cache_dir),
+            "hits": compiled["cache_hits"],
+            "misses": compiled["cache_misses"],
+            "read_failures": compiled["cache_read_failures"],
+        },
+    )
+    if accelerator.is_main_process:
+        write_report(report, config.report_path)
+        print(format_table(report))
+    runtime.barrier(accelerator)
+    accelerator.end_training()
+    return report
+
+
+def _train(accelerator, model, config: TrainConfig, precision_report) -> dict:
+    demo = wants_demo(config)
+    with runtime.main_process_first(accelerator):
+        data = load_text_data(config, demo)
+        tokenizer = load_tokenizer(config, demo)
+        encode = (tokenizer, data.text_column, data.text_pair_column, data.label_column, config.max_seq_length)
+        train_examples = batching.tokenize(data.train, *encode)
+        eval_examples = batching.tokenize(data.eval, *encode)
+    if config.max_train_examples:
+        train_examples = train_examples.select(range(min(config.max_train_examples, len(train_examples))))
+    if model is None:
+        model = build_model(config, demo, vocab_size=len(tokenizer))
+    model = use_graph_friendly_attention(model)
+    if precision.uses_model_cast(precision_report):
+        model = model.to(torch.bfloat16)
+        _say(accelerator, f"precision: {precision_report.verified}")
+    warning = batching.eval_batch_size_warning(config.train_batch_size, config.eval_batch_size)
+    if warning:
+        _say(accelerator, f"warning: {warning}")
+
+    collator = batching.make_collator(tokenizer, config.padding, config.max_seq_length)
+    train_loader = batching.train_loader(train_examples, collator, config.train_batch_size, config.seed)
+    shuffle = train_loader.sampler
+    eval_loader = batching.eval_loader(eval_examples, collator, config.eval_batch_size, accelerator.num_processes)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.resolved_learning_rate(demo), weight_decay=config.weight_decay
+    )
+    from transformers import get_linear_schedule_with_warmup
+
+    steps_per_epoch = len(train_examples) // (config.train_batch_size * accelerator.num_processes)
+    if steps_per_epoch == 0:
+        raise ValueError(
+            f"train_batch_size={config.train_batch_size}: larger than the {len(train_examples)} training examples "
+            f"shared by {accelerator.num_processes} process(es); lower it"
+        )
+    # No warm-up from zero: a learning rate of exactly 0 or 1 is a different XLA graph.
+    scheduler = get_linear_schedule_with_warmup(optimizer, 0, steps_per_epoch * config.num_epochs)
+    loaders = (train_loader, eval_loader)
+    model, optimizer, train_loader, eval_loader, scheduler = accelerator.prepare(
+        model, optimizer, train_loader, eval_loader, scheduler
+    )
+    for prepared, original in zip((train_loader, eval_loader), loaders):
+        if not hasattr(prepared, "dataset"):
+            # Accelerate's XLA loader wrapper lacks `.dataset`, which its own save_state reads.
+            prepared.dataset = original.dataset
+
+    first_epoch = 0
+    if config.resume:
+        found = checkpointing.latest_checkpoint(config.output_dir)
+        if found is None:
+            _say(accelerator, f"resume: no complete checkpoint in {config.output_dir}; starting from scratch")
+        else:
+            accelerator.load_state(str(found))
+            first_epoch = checkpointing.read_progress(found)["epochs_done"]
+            _say(accelerator, f"resume: continuing after epoch {first_epoch} from {found}")
+
+    metric_dtype = precision.metric_dtype(precision_report)
+    device = accelerator.device
+    trained, seconds, evaluation, saved = 0, 0.0, {}, None
+    for epoch in range(first_epoch, config.num_epochs):
+        shuffle.set_epoch(epoch)
+        started = time.perf_counter()
+        train_loss = _train_epoch(accelerator, model, optimizer, scheduler, train_loader, metric_dtype, epoch, config)
+        seconds += time.perf_counter() - started
+        trained += steps_per_epoch * config.train_batch_size * accelerator.num_processes
+        evaluation = evaluate(accelerator, model, eval_loader, metric_dtype)
+        _say(accelerator, 
+            f"epoch {epoch + 1}/{config.num_epochs}: train loss {train_loss:.4f}, "
+            f"eval loss {evaluation['eval_loss']:.4f}, eval accuracy {evaluation['eval_accuracy']:.4f}"
+        )
+        if config.checkpoint:
+            saved = checkpointing.save_checkpoint(accelerator, config.output_dir, epoch, {"train_loss": train_loss})
+    return {
+        "device": runtime.device_kind(device),
+        "distributed_type": str(accelerator.distributed_type.value),
+        "num_processes": accelerator.num_processes,
+        "epochs": config.num_epochs,
+        "epochs_run": config.num_epochs - first_epoch,
+        "train_examples": len(train_examples),
+        "examples_per_second": trained / seconds if seconds else None,
+        **evaluation,
+        "precision": precision_report.as_dict(),
+        "data": data.source,
+        "checkpoint": str(saved) if saved else None,
+        "config": {key: value for key, value in asdict(config).items()},
+    }
+
+
+def _train_epoch(accelerator, model, optimizer, scheduler, loader, metric_dtype, epoch, config) -> float:
+    model.train()
+    device = accelerator.device
+    loss_sum = runtime.device_zeros(1, metric_dtype, device)
+    bar = tqdm(loader, desc=f"epoch {epoch + 1}/{config.num_epochs}", disable=not accelerator.is_main_process)
+    steps = 0
+    for batch in bar:
+        batch.pop(batching.VALID, None)
+        loss = model(**batch).loss
+        accelerator.backward(loss)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+        loss_sum += loss.detach().to(metric_dtype)
+        steps += 1
+        runtime.sync(device)
+    # One transfer per epoch: reading the loss every step would stall the device.
+    total = runtime.sum_over_processes(accelerator, loss_sum).item()
+    return total / max(steps * accelerator.num_processes, 1)
+
+
+def evaluate(accelerator, model, loader, metric_dtype=torch.float32) -> dict:
+    """Accuracy and mean loss over real examples only, accumulated on the device."""
+    model.eval()
+    device = accelerator.device
+    counts = runtime.device_zeros(2, torch.int64, device)  # correct, counted
+    loss_sum = runtime.device_zeros(1, metric_dtype, device)
+    for batch in loader:
+        valid = batch.pop(batching.VALID)
+        with torch.no_grad():
+            logits = model(**batch).logits
+        per_example = torch.nn.functional.cross_entropy(
+            logits.to(metric_dtype), batch["labels"], reduction="none"
+        )
+        hits = (logits.argmax(dim=-1) == batch["labels"]).long() * valid
+        counts += torch.stack([hits.sum(), valid.sum()])
+        loss_sum += (per_example * valid.to(metric_dtype)).sum()
+        runtime.sync(device)
+    counts = runtime.sum_over_processes(accelerator, counts).tolist()
+    total_loss = runtime.sum_over_processes(accelerator, loss_sum).item()
+    correct, counted = counts
+    return {
+        "eval_accuracy": correct / counted if counted else None,
+        "eval_loss": total_loss / counted if counted else None,
+        "eval_examples_counted": counted,
+    }
+
+
+def _say(accelerator, message: str) -> None:
+    # Not accelerator.print: on an XLA CPU device its local process index is -1, so it prints nothing.
+    if accelerator.is_main_process:
+        print(message, flush=True)
