@@ -5,6 +5,7 @@ A list of small named steps, standard library only, no network.
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 ANSWERS = json.loads(r"""{{ cookiecutter | tojson }}""")
@@ -34,6 +35,33 @@ def remove_benchmarks_if_unwanted(answers, root: Path) -> None:
         remove(BENCHMARK_FILES, root)
 
 
+def template_commit(repo_dir: str) -> str | None:
+    """The template's git commit, read locally (cookiecutter clones gh: templates with git)."""
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=repo_dir, capture_output=True, text=True, timeout=10, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None
+
+
+def record_answers_for_cruft(answers, root: Path) -> None:
+    """Write .cruft.json so that `cruft update` can later bring in a newer template."""
+    template = answers.get("_template", "")
+    # cruft re-runs this hook without _repo_dir while updating; it then writes .cruft.json itself.
+    repo_dir = answers.get("_repo_dir") or template
+    is_remote = ":" in template and not Path(template).exists()
+    record = {
+        "template": template if is_remote else repo_dir,
+        "commit": template_commit(repo_dir),
+        "checkout": answers.get("_checkout"),
+        "context": {"cookiecutter": answers},
+        "directory": None,
+    }
+    (root / ".cruft.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def next_steps(answers) -> str:
     slug = answers["project_slug"]
     lines = [
@@ -55,6 +83,7 @@ def main() -> None:
     root = Path.cwd()
     remove_unchosen_variants(ANSWERS, root)
     remove_benchmarks_if_unwanted(ANSWERS, root)
+    record_answers_for_cruft(ANSWERS, root)
     print(next_steps(ANSWERS))
 
 

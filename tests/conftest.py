@@ -14,8 +14,8 @@ def template_defaults() -> dict:
     return json.loads((TEMPLATE / "cookiecutter.json").read_text())
 
 
-def bake_into(output_dir: Path, **answers) -> Path:
-    return Path(cookiecutter(str(TEMPLATE), no_input=True, extra_context=answers, output_dir=str(output_dir)))
+def bake_into(output_dir: Path, template: Path = TEMPLATE, **answers) -> Path:
+    return Path(cookiecutter(str(template), no_input=True, extra_context=answers, output_dir=str(output_dir)))
 
 
 @pytest.fixture

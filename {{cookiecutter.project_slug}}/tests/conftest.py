@@ -46,6 +46,11 @@ def python_command(*args, module: str = CLI, xla: bool = True) -> list[str]:
     return [sys.executable, "-c", NO_XLA_PRELUDE + code]
 
 
+def python_code(code: str, *args, xla: bool = True) -> list[str]:
+    """A command running a Python snippet, with torch_xla hidden when xla=False."""
+    return [sys.executable, "-c", ("" if xla else NO_XLA_PRELUDE) + code, *args]
+
+
 def run(command, env=None, timeout=900, check=True) -> subprocess.CompletedProcess:
     result = subprocess.run(command, cwd=PROJECT, env=env or child_env(), capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:

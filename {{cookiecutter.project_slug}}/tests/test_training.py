@@ -15,7 +15,7 @@ MAX_COMPILATIONS = 5
 
 def quick(*extra):
     args = list(QUICK)
-    for flag, value in zip(extra[::2], extra[1::2]):
+    for flag, value in zip(extra[::2], extra[1::2], strict=True):
         if flag in args:
             args[args.index(flag) + 1] = value
         else:

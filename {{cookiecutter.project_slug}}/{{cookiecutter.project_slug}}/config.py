@@ -6,7 +6,6 @@ the template's questions only chose these defaults.
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEMO_DATA_DIR = PROJECT_ROOT / "data" / "demo"
@@ -18,7 +17,7 @@ DEMO_LEARNING_RATE = 1e-3
 
 @dataclass
 class TrainConfig:
-    demo: Optional[bool] = field(
+    demo: bool | None = field(
         default=None,
         metadata={"help": "Train the offline demo (tiny BERT, shipped data). Default: only when the hub cannot be reached."},
     )
@@ -27,10 +26,10 @@ class TrainConfig:
         default=DEFAULT_DATASET,
         metadata={"help": "Hub data set as name/config (glue/mrpc), or 'files' to use --train_file/--eval_file."},
     )
-    train_file: Optional[str] = field(default=None, metadata={"help": "Local CSV or JSON lines file for training."})
-    eval_file: Optional[str] = field(default=None, metadata={"help": "Local CSV or JSON lines file for evaluation."})
-    text_column: Optional[str] = field(default=None, metadata={"help": "Text column (default: sentence1 or text)."})
-    text_pair_column: Optional[str] = field(default=None, metadata={"help": "Second text column, if any."})
+    train_file: str | None = field(default=None, metadata={"help": "Local CSV or JSON lines file for training."})
+    eval_file: str | None = field(default=None, metadata={"help": "Local CSV or JSON lines file for evaluation."})
+    text_column: str | None = field(default=None, metadata={"help": "Text column (default: sentence1 or text)."})
+    text_pair_column: str | None = field(default=None, metadata={"help": "Second text column, if any."})
     label_column: str = field(default="label", metadata={"help": "Label column (integers 0..num_labels-1)."})
     num_labels: int = {{ cookiecutter.num_labels }}
     train_batch_size: int = field(default={{ cookiecutter.train_batch_size }}, metadata={"help": "Per process."})
@@ -41,17 +40,17 @@ class TrainConfig:
     max_seq_length: int = {{ cookiecutter.max_seq_length }}
     padding: str = field(default="fixed", metadata={"help": "fixed (one shape), buckets, or dynamic (recompiles)."})
     num_epochs: int = {{ cookiecutter.num_epochs }}
-    learning_rate: Optional[float] = field(
+    learning_rate: float | None = field(
         default=None,
         metadata={"help": "Default: {{ cookiecutter.learning_rate }} for a pretrained model, 1e-3 for the demo."},
     )
     weight_decay: float = 0.01
     seed: int = 42
-    mixed_precision: Optional[str] = field(
+    mixed_precision: str | None = field(
         default=None,
         metadata={"help": "bf16 or no. Default: accelerate launch's setting, else {{ cookiecutter.mixed_precision }}."},
     )
-    downcast_bf16: Optional[bool] = field(
+    downcast_bf16: bool | None = field(
         default=None,
         metadata={
             "help": "With bf16: float becomes bf16 but double becomes float32 (XLA_DOWNCAST_BF16). "
@@ -59,11 +58,11 @@ class TrainConfig:
         },
     )
     output_dir: str = field(default="outputs", metadata={"help": "Checkpoints, compilation cache and report."})
-    report: Optional[str] = field(default=None, metadata={"help": "Report JSON path (default: OUTPUT_DIR/report.json)."})
+    report: str | None = field(default=None, metadata={"help": "Report JSON path (default: OUTPUT_DIR/report.json)."})
     resume: bool = field(default=False, metadata={"help": "Continue from the last complete checkpoint."})
     checkpoint: bool = field(default=True, metadata={"help": "Save a checkpoint after every epoch."})
     compilation_cache: bool = field(default=True, metadata={"help": "Use PyTorch/XLA's persistent compilation cache."})
-    max_train_examples: Optional[int] = field(default=None, metadata={"help": "Use only this many training examples."})
+    max_train_examples: int | None = field(default=None, metadata={"help": "Use only this many training examples."})
 
     @property
     def pretrained_learning_rate(self) -> float:

@@ -30,7 +30,6 @@ def check_stack() -> None:
             )
         return
     import torch
-
     import torch_xla
 
     torch_release = torch.__version__.split("+")[0]

@@ -99,7 +99,7 @@ def _train(accelerator, model, config: TrainConfig, precision_report) -> dict:
     model, optimizer, train_loader, eval_loader, scheduler = accelerator.prepare(
         model, optimizer, train_loader, eval_loader, scheduler
     )
-    for prepared, original in zip((train_loader, eval_loader), loaders):
+    for prepared, original in zip((train_loader, eval_loader), loaders, strict=True):
         if not hasattr(prepared, "dataset"):
             # Accelerate's XLA loader wrapper lacks `.dataset`, which its own save_state reads.
             prepared.dataset = original.dataset
@@ -124,7 +124,8 @@ def _train(accelerator, model, config: TrainConfig, precision_report) -> dict:
         seconds += time.perf_counter() - started
         trained += steps_per_epoch * config.train_batch_size * accelerator.num_processes
         evaluation = evaluate(accelerator, model, eval_loader, metric_dtype)
-        _say(accelerator, 
+        _say(
+            accelerator,
             f"epoch {epoch + 1}/{config.num_epochs}: train loss {train_loss:.4f}, "
             f"eval loss {evaluation['eval_loss']:.4f}, eval accuracy {evaluation['eval_accuracy']:.4f}"
         )

@@ -1,0 +1,125 @@
+"""Baking: every choice and the pairs that interact give a complete, valid, fully rendered project."""
+
+import json
+import py_compile
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+from conftest import TEMPLATE
+
+TEMPLATE_DIR = TEMPLATE / "{{cookiecutter.project_slug}}"
+# Files that exist only for some answers; everything else is always baked.
+NOTEBOOK_ONLY = {"train_on_tpu.ipynb", "tests/test_notebook.py"}
+SCRIPT_ONLY = {"train.py", "tests/test_script.py"}
+BENCHMARKS_ONLY_PREFIXES = ("benchmarks/", ".github/workflows/benchmarks.yml", "tests/test_benchmark_logic.py")
+UNRENDERED = re.compile(r"(?<!\$)\{\{|\{%|%\}")
+
+COMBINATIONS = {
+    "defaults": {},
+    "script-shared": {"variants": "script", "shared_model": True},
+    "script-unshared": {"variants": "script", "shared_model": False},
+    "notebook-shared": {"variants": "notebook", "shared_model": True},
+    "notebook-unshared": {"variants": "notebook", "shared_model": False},
+    "both-unshared": {"variants": "both", "shared_model": False},
+    "fp32": {"mixed_precision": "no", "downcast_bf16": False},
+    "bf16-downcast": {"mixed_precision": "bf16", "downcast_bf16": True},
+    "no-benchmarks": {"include_benchmarks": False},
+    "custom-sizes": {"train_batch_size": 32, "eval_batch_size": 64, "max_seq_length": 256, "num_processes": 4},
+}
+
+
+def template_files(slug: str) -> set[str]:
+    files = {".cruft.json"}  # written by the post-gen hook
+    for path in TEMPLATE_DIR.rglob("*"):
+        if path.is_file() and "__pycache__" not in path.parts:
+            files.add(str(path.relative_to(TEMPLATE_DIR)).replace("{{cookiecutter.project_slug}}", slug))
+    return files
+
+
+def expected_files(answers: dict, slug: str = "tpu_text_classifier") -> set[str]:
+    files = template_files(slug)
+    variants = answers.get("variants", "both")
+    if variants == "script":
+        files -= NOTEBOOK_ONLY
+    if variants == "notebook":
+        files -= SCRIPT_ONLY
+    if not answers.get("include_benchmarks", True):
+        files = {name for name in files if not name.startswith(BENCHMARKS_ONLY_PREFIXES)}
+    return files
+
+
+def baked_files(project: Path) -> set[str]:
+    return {str(path.relative_to(project)) for path in project.rglob("*") if path.is_file()}
+
+
+@pytest.fixture(params=list(COMBINATIONS), ids=list(COMBINATIONS))
+def baked(request, bake):
+    answers = COMBINATIONS[request.param]
+    return answers, bake(**answers)
+
+
+def test_exact_file_tree(baked):
+    answers, project = baked
+    assert baked_files(project) == expected_files(answers)
+
+
+def test_nothing_left_unrendered(baked):
+    _, project = baked
+    for path in project.rglob("*"):
+        if path.is_file() and path.suffix != ".csv":
+            text = path.read_text(encoding="utf-8")
+            assert not UNRENDERED.search(text), f"{path.relative_to(project)} holds an unrendered Jinja tag"
+
+
+def test_python_compiles_and_passes_ruff(baked, tmp_path):
+    _, project = baked
+    for path in project.rglob("*.py"):
+        py_compile.compile(str(path), cfile=str(tmp_path / "compiled.pyc"), doraise=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=project, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_data_files_parse(baked):
+    _, project = baked
+    parsed = 0
+    for path in project.rglob("*"):
+        if path.suffix in (".yaml", ".yml"):
+            yaml.safe_load(path.read_text())
+        elif path.suffix == ".json" or path.name == ".cruft.json":
+            json.loads(path.read_text())
+        elif path.suffix == ".toml":
+            tomllib.loads(path.read_text())
+        elif path.suffix == ".ipynb":
+            nbformat.validate(nbformat.read(path, as_version=4))
+        else:
+            continue
+        parsed += 1
+    assert parsed >= 2  # at least pyproject.toml and .cruft.json
+
+
+def test_answers_recorded_for_cruft(baked):
+    answers, project = baked
+    recorded = json.loads((project / ".cruft.json").read_text())
+    context = recorded["context"]["cookiecutter"]
+    assert Path(recorded["template"]).resolve() == TEMPLATE.resolve()
+    for name, value in answers.items():
+        assert str(context[name]) == str(value), name
+
+
+def test_readme_names_the_chosen_options(baked):
+    answers, project = baked
+    readme = (project / "README.md").read_text()
+    full = {
+        "variants": "both", "mixed_precision": "bf16", "train_batch_size": 16, "eval_batch_size": 16,
+        "max_seq_length": 128, "num_processes": 8, **answers,
+    }
+    for name in ("variants", "mixed_precision", "train_batch_size", "eval_batch_size", "max_seq_length", "num_processes"):
+        assert f"{name}: {full[name]}" in readme or f"`{name}` = `{full[name]}`" in readme or f"| {name} | {full[name]} |" in readme, name
