@@ -114,12 +114,43 @@ def test_answers_recorded_for_cruft(baked):
         assert str(context[name]) == str(value), name
 
 
+ENTRY_POINTS = {
+    "both": "`train.py` script and `train_on_tpu.ipynb` notebook",
+    "script": "`train.py` script only",
+    "notebook": "`train_on_tpu.ipynb` notebook only",
+}
+
+
 def test_readme_names_the_chosen_options(baked):
     answers, project = baked
-    readme = (project / "README.md").read_text()
-    full = {
-        "variants": "both", "mixed_precision": "bf16", "train_batch_size": 16, "eval_batch_size": 16,
-        "max_seq_length": 128, "num_processes": 8, **answers,
+    chosen = {**{"variants": "both", "shared_model": True, "mixed_precision": "bf16", "downcast_bf16": False,
+                 "train_batch_size": 16, "max_seq_length": 128, "num_processes": 8}, **answers}
+    chosen.setdefault("eval_batch_size", chosen["train_batch_size"])
+    rows = {
+        line.split("|")[1].strip(): line.split("|")[2].strip()
+        for line in (project / "README.md").read_text().splitlines()
+        if line.startswith("| ") and line.count("|") >= 4
     }
-    for name in ("variants", "mixed_precision", "train_batch_size", "eval_batch_size", "max_seq_length", "num_processes"):
-        assert f"{name}: {full[name]}" in readme or f"`{name}` = `{full[name]}`" in readme or f"| {name} | {full[name]} |" in readme, name
+    assert rows["entry points"].startswith(ENTRY_POINTS[chosen["variants"]])
+    assert rows["shared model"].startswith("yes" if chosen["shared_model"] else "no")
+    assert rows["mixed precision"] == f"`{chosen['mixed_precision']}`"
+    assert rows["downcast_bf16"].startswith("`yes`" if chosen["downcast_bf16"] else "`no`")
+    assert rows["train batch size (per process)"] == str(chosen["train_batch_size"])
+    assert rows["eval batch size (per process)"] == str(chosen["eval_batch_size"])
+    assert rows["max sequence length"].startswith(str(chosen["max_seq_length"]))
+    assert rows["num_processes in `configs/tpu-vm.yaml`"].startswith(str(chosen["num_processes"]))
+
+
+def test_baked_project_builds_a_wheel(default_project, tmp_path):
+    """The generated pyproject is a real, installable Python project."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), "."],
+        cwd=default_project, capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (wheel,) = tmp_path.glob("tpu_text_classifier-0.1.0-*.whl")
+    import zipfile
+
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "tpu_text_classifier/training.py" in names
+    assert "tpu_text_classifier/precision.py" in names

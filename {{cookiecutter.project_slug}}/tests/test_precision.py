@@ -107,11 +107,17 @@ def test_downcast_from_accelerate_launch_without_bf16_is_refused(monkeypatch):
         ({"ACCELERATE_MIXED_PRECISION": "no"}, {}, "fp32"),
         ({"ACCELERATE_MIXED_PRECISION": "bf16"}, {"downcast_bf16": True}, "bf16+downcast"),
         ({"ACCELERATE_MIXED_PRECISION": "bf16"}, {"mixed_precision": "no"}, "fp32"),
+        # On a TPU, `accelerate launch` sets only the XLA variables.
+        ({"XLA_DOWNCAST_BF16": "1"}, {}, "bf16+downcast"),
+        ({"XLA_USE_BF16": "1", "XLA_DOWNCAST_BF16": "0"}, {}, "bf16"),
+        ({"XLA_USE_BF16": "1"}, {"mixed_precision": "no"}, "fp32"),
     ],
-    ids=["launch-downcast", "launch-no", "flag-adds-downcast", "flag-wins"],
+    ids=["launch-downcast", "launch-no", "flag-adds-downcast", "flag-wins", "tpu-launch-downcast", "tpu-launch-bf16",
+         "flag-beats-tpu-launch"],
 )
 def test_accelerate_launch_settings_are_honoured(monkeypatch, env, flags, expected):
-    monkeypatch.delenv("ACCELERATE_DOWNCAST_BF16", raising=False)
+    for name in ("ACCELERATE_MIXED_PRECISION", "ACCELERATE_DOWNCAST_BF16", "XLA_USE_BF16", "XLA_DOWNCAST_BF16"):
+        monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert precision.requested_level(TrainConfig(**flags)) == expected

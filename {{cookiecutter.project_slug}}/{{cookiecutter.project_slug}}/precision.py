@@ -53,13 +53,29 @@ class PrecisionReport:
         return asdict(self)
 
 
+def _launcher_request() -> tuple[str, bool] | None:
+    """What `accelerate launch` asked for on a TPU, where it sets only the XLA variables."""
+    if os.environ.get("XLA_DOWNCAST_BF16") == "1":
+        return "bf16", True
+    if os.environ.get("XLA_USE_BF16") == "1":
+        return "bf16", False
+    return None
+
+
 def requested_level(config: TrainConfig) -> str:
-    """The level asked for: train.py's flags, else `accelerate launch`'s, else the baked answers."""
-    mixed = config.mixed_precision or os.environ.get("ACCELERATE_MIXED_PRECISION") or BAKED_MIXED_PRECISION
+    """The level asked for: train.py's flags, else the launcher's settings, else the baked answers."""
+    launcher = _launcher_request()
+    mixed = (
+        config.mixed_precision
+        or os.environ.get("ACCELERATE_MIXED_PRECISION")
+        or (launcher[0] if launcher else BAKED_MIXED_PRECISION)
+    )
     if config.downcast_bf16 is not None:
         downcast = config.downcast_bf16
     elif "ACCELERATE_DOWNCAST_BF16" in os.environ:
         downcast = os.environ["ACCELERATE_DOWNCAST_BF16"].strip().lower() in TRUE_WORDS
+    elif launcher:
+        downcast = launcher[1] and mixed == "bf16"
     else:
         downcast = BAKED_DOWNCAST_BF16 and mixed == "bf16"
     if mixed not in ("bf16", "no"):

@@ -1,0 +1,199 @@
+"""Launching: the Accelerate configs, `accelerate launch` on the CPU's XLA device, the pod script, CI.
+
+The README is the contract: the workflows must run the commands it gives, so CI
+tests what a newcomer types.
+"""
+
+import importlib.util
+import json
+import re
+import shlex
+import sys
+
+import pytest
+import yaml
+from accelerate.commands.config.config_args import load_config_from_file
+from accelerate.utils import DistributedType
+from conftest import PROJECT, QUICK, child_env, run
+
+BAKED = {
+    "mixed_precision": {{ cookiecutter.mixed_precision | tojson }},
+    "downcast_bf16": {{ "True" if cookiecutter.downcast_bf16 else "False" }},
+    "num_processes": {{ cookiecutter.num_processes | int }},
+}
+# Every config file and the processes it asks for: one on the CPU (torch_xla cannot run more there).
+CONFIG_PROCESSES = {"tpu-vm.yaml": BAKED["num_processes"], "xla-cpu.yaml": 1}
+ENTRY = ["train.py"] if (PROJECT / "train.py").exists() else ["-m", "{{ cookiecutter.project_slug }}.cli"]
+POD_ARGS = ["--tpu-name", "my-pod", "--zone", "us-central2-b", "--project", "my-project"]
+POD_VARIABLES = {"TPU_NAME": "my-pod", "ZONE": "us-central2-b", "PROJECT_ID": "my-project"}
+
+
+def load_pod_script():
+    spec = importlib.util.spec_from_file_location("launch_pod", PROJECT / "scripts" / "launch_pod.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def pod_dry_run(*args, **variables):
+    env = {key: value for key, value in child_env().items() if key not in POD_VARIABLES}
+    command = [sys.executable, str(PROJECT / "scripts" / "launch_pod.py"), *args]
+    return run(command, env={**env, **variables}, timeout=60, check=False)
+
+
+def remote_command(gcloud_argv: list[str]) -> list[str]:
+    (command,) = [arg.removeprefix("--command=") for arg in gcloud_argv if arg.startswith("--command=")]
+    return shlex.split(command)
+
+
+def level(mixed_precision: str, downcast: bool) -> str:
+    if mixed_precision == "no":
+        return "fp32"
+    return "bf16+downcast" if downcast else "bf16"
+
+
+# ---- Accelerate configs -------------------------------------------------------------------
+
+
+def test_every_config_file_is_covered():
+    assert sorted(path.name for path in (PROJECT / "configs").glob("*.yaml")) == sorted(CONFIG_PROCESSES)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIG_PROCESSES))
+def test_config_loads_with_accelerates_loader_and_holds_the_baked_answers(name):
+    config = load_config_from_file(str(PROJECT / "configs" / name))
+    assert config.distributed_type == DistributedType.XLA
+    assert config.mixed_precision == BAKED["mixed_precision"]
+    assert config.downcast_bf16 is BAKED["downcast_bf16"]
+    assert config.num_processes == CONFIG_PROCESSES[name]
+    assert config.num_machines == 1
+    # Pods go through scripts/launch_pod.py: Accelerate's cluster launcher needs a module torch_xla 2.1 removed.
+    assert config.tpu_use_cluster is False
+    assert config.main_training_function == "main"
+
+
+@pytest.mark.xla
+def test_accelerate_launch_with_the_local_config_trains_the_demo_on_xla_cpu(tmp_path):
+    output = tmp_path / "outputs"
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file", "configs/xla-cpu.yaml",
+        *ENTRY, "--output_dir", str(output), *QUICK,
+    ]
+    run(command, env=child_env(PJRT_DEVICE="CPU"))
+    report = json.loads((output / "report.json").read_text())
+    assert report["distributed_type"] == "XLA"
+    assert report["device"] == "xla:CPU"
+    assert report["num_processes"] == 1
+    assert report["eval_examples_counted"] == 120  # data/demo/eval.csv, padding masked out
+    config = load_config_from_file(str(PROJECT / "configs" / "xla-cpu.yaml"))
+    assert report["precision"]["requested"] == level(config.mixed_precision, config.downcast_bf16)
+
+
+# ---- pod launch script --------------------------------------------------------------------
+
+
+def test_pod_dry_run_prints_the_gcloud_commands_for_all_workers():
+    result = pod_dry_run(*POD_ARGS, "--dry-run", "--", "--num_epochs", "2", "--dataset", "glue/sst2")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    commands = [shlex.split(line) for line in lines]
+    assert [argv[:5] for argv in commands] == [["gcloud", "compute", "tpus", "tpu-vm", verb] for verb in ("ssh", "scp", "ssh", "ssh")]
+    for argv in commands:
+        assert argv[-5:] == ["--zone", "us-central2-b", "--project", "my-project", "--worker=all"]
+    mkdir, copy, install, train = commands
+    assert remote_command(mkdir) == ["mkdir", "-p", "{{ cookiecutter.project_slug }}"]
+    assert copy[5] == "--recurse" and copy[-6] == "my-pod:{{ cookiecutter.project_slug }}"
+    needed = {"configs", "data", "pyproject.toml", "scripts", "{{ cookiecutter.project_slug }}"}
+    assert needed | ({"train.py"} if ENTRY == ["train.py"] else set()) <= set(copy)
+    assert remote_command(install) == ["cd", "{{ cookiecutter.project_slug }}", "&&", "python3", "-m", "pip", "install", "-e", ".[tpu]"]
+    assert remote_command(train) == [
+        "cd", "{{ cookiecutter.project_slug }}", "&&", "PJRT_DEVICE=TPU", "python3", "-m", "accelerate.commands.launch",
+        "--config_file", "configs/tpu-vm.yaml", *ENTRY, "--num_epochs", "2", "--dataset", "glue/sst2",
+    ]
+
+
+def test_pod_script_reads_the_tpu_from_the_environment():
+    from_arguments = pod_dry_run(*POD_ARGS, "--dry-run", "--no-install")
+    from_environment = pod_dry_run("--dry-run", "--no-install", **POD_VARIABLES)
+    assert from_environment.returncode == 0, from_environment.stderr
+    assert from_environment.stdout == from_arguments.stdout
+    assert len(from_environment.stdout.strip().splitlines()) == 3  # no install step
+
+
+@pytest.mark.parametrize("given", [[], ["--tpu-name", "my-pod"], ["--zone", "z", "--project", "p"]])
+def test_pod_script_refuses_without_a_tpu_and_runs_nothing(given):
+    result = pod_dry_run(*given, "--dry-run")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    message = result.stderr.strip()
+    assert len(message.splitlines()) == 1 and message.startswith("error: name the TPU"), message
+    for flag, variable in (("--tpu-name", "TPU_NAME"), ("--zone", "ZONE"), ("--project", "PROJECT_ID")):
+        assert (f"{flag}/${variable}" in message) == (flag not in given), message
+
+
+def test_pod_copy_leaves_environments_and_results_behind(tmp_path):
+    for name in ("configs", "pyproject.toml", ".venv", ".git", "outputs", "demo.egg-info", "benchmark-results"):
+        (tmp_path / name).mkdir()
+    assert load_pod_script().files_to_copy(tmp_path) == ["configs", "pyproject.toml"]
+
+
+# ---- CI workflows run the README's commands ----------------------------------------------
+
+
+def readme_commands() -> set[tuple[str, ...]]:
+    """Every shell command in the README's bash blocks, as argv tuples (comments dropped)."""
+    text = (PROJECT / "README.md").read_text(encoding="utf-8")
+    found = set()
+    for block in re.findall(r"```(?:bash|sh|shell)\n(.*?)```", text, flags=re.DOTALL):
+        for line in block.replace("\\\n", " ").splitlines():
+            argv = tuple(shlex.split(line, comments=True))
+            if argv:
+                found.add(argv)
+    return found
+
+
+def workflow_commands(path) -> list[tuple[str, ...]]:
+    workflow = yaml.safe_load(path.read_text(encoding="utf-8"))
+    commands = []
+    for job in workflow["jobs"].values():
+        for step in job["steps"]:
+            for line in step.get("run", "").splitlines():
+                argv = tuple(shlex.split(line, comments=True))
+                if argv:
+                    commands.append(argv)
+    return commands
+
+
+def workflow_files():
+    return sorted((PROJECT / ".github" / "workflows").glob("*.yml"))
+
+
+def test_workflows_are_exactly_the_expected_files():
+    expected = ["ci.yml"]{% if cookiecutter.include_benchmarks %} + ["benchmarks.yml"]{% endif %}
+    assert sorted(path.name for path in workflow_files()) == sorted(expected)
+
+
+@pytest.mark.parametrize("path", workflow_files(), ids=lambda path: path.name)
+def test_workflow_runs_only_commands_the_readme_gives(path):
+    readme = readme_commands()
+    commands = workflow_commands(path)
+    assert ("pip", "install", "-e", ".[xla-cpu,dev]") in commands
+    for argv in commands:
+        assert argv in readme, f"{path.name} runs {shlex.join(argv)!r}, which README.md does not give"
+
+
+def test_ci_runs_the_tests_on_the_xla_cpu_device():
+    commands = workflow_commands(PROJECT / ".github" / "workflows" / "ci.yml")
+    assert any(argv[0] == "PJRT_DEVICE=CPU" and "pytest" in argv for argv in commands)
+
+{%- if cookiecutter.include_benchmarks %}
+
+
+def test_benchmark_workflow_uploads_the_json_it_writes():
+    path = PROJECT / ".github" / "workflows" / "benchmarks.yml"
+    (benchmark,) = [argv for argv in workflow_commands(path) if "benchmarks" in argv]
+    json_path = benchmark[benchmark.index("--benchmark-json") + 1]
+    steps = yaml.safe_load(path.read_text(encoding="utf-8"))["jobs"]["quick"]["steps"]
+    (upload,) = [step for step in steps if step.get("uses", "").startswith("actions/upload-artifact")]
+    assert json_path.startswith(upload["with"]["path"])
+{%- endif %}
