@@ -9,9 +9,14 @@ import subprocess
 from pathlib import Path
 
 ANSWERS = json.loads(r"""{{ cookiecutter | tojson }}""")
-NOTEBOOK_FILES = ("train_on_tpu.ipynb", "tests/test_notebook.py")
+NOTEBOOK_FILES = ("train_on_tpu.ipynb", "tests/test_notebook.py", f"{ANSWERS['project_slug']}/launch_guard.py")
 SCRIPT_FILES = ("train.py", "tests/test_script.py")
-BENCHMARK_FILES = ("benchmarks", ".github/workflows/benchmarks.yml")
+BENCHMARK_FILES = (
+    "benchmarks",
+    ".github/workflows/benchmarks.yml",
+    "tests/test_benchmark_logic.py",
+    f"{ANSWERS['project_slug']}/memory.py",
+)
 
 
 def remove(paths, root: Path) -> None:

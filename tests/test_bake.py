@@ -15,9 +15,11 @@ from conftest import TEMPLATE
 
 TEMPLATE_DIR = TEMPLATE / "{{cookiecutter.project_slug}}"
 # Files that exist only for some answers; everything else is always baked.
-NOTEBOOK_ONLY = {"train_on_tpu.ipynb", "tests/test_notebook.py"}
+NOTEBOOK_ONLY = {"train_on_tpu.ipynb", "tests/test_notebook.py", "tpu_text_classifier/launch_guard.py"}
 SCRIPT_ONLY = {"train.py", "tests/test_script.py"}
-BENCHMARKS_ONLY_PREFIXES = ("benchmarks/", ".github/workflows/benchmarks.yml", "tests/test_benchmark_logic.py")
+BENCHMARKS_ONLY_PREFIXES = (
+    "benchmarks/", ".github/workflows/benchmarks.yml", "tests/test_benchmark_logic.py", "tpu_text_classifier/memory.py",
+)
 UNRENDERED = re.compile(r"(?<!\$)\{\{|\{%|%\}")
 
 COMBINATIONS = {

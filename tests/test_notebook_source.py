@@ -1,0 +1,52 @@
+"""The notebook is built by tools/build_notebook.py, never edited by hand, and bakes into a valid notebook."""
+
+import importlib.util
+
+import nbformat
+import pytest
+from conftest import DEFAULT_SLUG, TEMPLATE, template_defaults
+
+
+def load_builder():
+    spec = importlib.util.spec_from_file_location("build_notebook", TEMPLATE / "tools" / "build_notebook.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_notebook_is_what_the_builder_writes():
+    builder = load_builder()
+    assert builder.NOTEBOOK.read_text(encoding="utf-8") == builder.build(), (
+        "train_on_tpu.ipynb differs from tools/build_notebook.py: run `python tools/build_notebook.py`"
+    )
+
+
+def cell(notebook, cell_id: str) -> str:
+    return next(cell.source for cell in notebook.cells if cell.get("id") == cell_id)
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [{"shared_model": True}, {"shared_model": False, "variants": "notebook", "include_benchmarks": False}],
+    ids=["shared-model", "model-per-process-notebook-only"],
+)
+def test_baked_notebook_is_valid_and_follows_the_answers(bake, answers):
+    project = bake(**answers)
+    shared_model = answers["shared_model"]
+    notebook = nbformat.read(project / "train_on_tpu.ipynb", as_version=4)
+    nbformat.validate(notebook)
+    text = (project / "train_on_tpu.ipynb").read_text(encoding="utf-8")
+    assert "{{" not in text and "{%" not in text
+    assert f"from {DEFAULT_SLUG}.training import training_function" in cell(notebook, "imports")
+    assert "notebook_launcher(training_function, (model, config)" in cell(notebook, "launch")
+    assert "check_before_launch(model" in cell(notebook, "launch")
+    if shared_model:
+        assert "model = build_model(config" in cell(notebook, "model")
+    else:
+        assert cell(notebook, "model").startswith("model = None")
+        assert "build_model" not in cell(notebook, "imports")
+    intro = cell(notebook, "intro")
+    assert ("train.py" in intro) == (answers.get("variants", "both") != "notebook")
+    assert ("benchmarks/" in text) == answers.get("include_benchmarks", True)
+    version = template_defaults()["_torch_version"]
+    assert f'"torch=={version}" "torch_xla[tpu]=={version}"' in cell(notebook, "install")

@@ -1,0 +1,115 @@
+"""Host memory of a launch: proportional set size (Pss) summed over a process and all its children.
+
+Pss splits every shared page between the processes that map it. Summed over the
+notebook's process and its forked workers, a page they all share (copy-on-write after
+a fork, or one copy in /dev/shm) counts once, and a page each worker made for itself
+counts once per worker: the figure that runs out on a small host and ends in SIGSEGV
+or SIGKILL. Read from /proc/<pid>/smaps_rollup, so Linux only. The peak is found by
+sampling in a background thread while the launch runs.
+"""
+
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+PROC = Path("/proc")
+SHM = "/dev/shm"
+
+
+def available() -> bool:
+    return (PROC / "self" / "smaps_rollup").exists()
+
+
+def pss_bytes(pid: int) -> int | None:
+    """The process's Pss, or None once it has exited (a worker may end between two reads)."""
+    try:
+        text = (PROC / str(pid) / "smaps_rollup").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    for line in text.splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in (PROC / str(pid) / "task").glob("*"):
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return found
+
+
+def process_tree(pid: int) -> list[int]:
+    """pid and all its descendants."""
+    tree, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        tree.append(current)
+        pending += children(current)
+    return tree
+
+
+def shm_used_bytes(path: str = SHM) -> int | None:
+    """Bytes in use on the shared-memory file system (where pickled tensors go), None without one."""
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return None
+    return (stats.f_blocks - stats.f_bfree) * stats.f_frsize
+
+
+@dataclass
+class Peak:
+    pss_bytes: int = 0
+    processes: int = 0
+    shm_bytes: int = 0
+    samples: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class PeakSampler:
+    """Sample the tree under `pid` every `interval` seconds until stopped; keep the largest total.
+
+    `shm_bytes` is /dev/shm usage above what it was when sampling started.
+    """
+
+    def __init__(self, pid: int | None = None, interval: float = 0.02):
+        self.pid = pid or os.getpid()
+        self.interval = interval
+        self.peak = Peak()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._shm_start = shm_used_bytes() or 0
+
+    def sample(self) -> tuple[int, int]:
+        """One reading: (total Pss in bytes, number of live processes); also updates the peak."""
+        sizes = [size for size in map(pss_bytes, process_tree(self.pid)) if size is not None]
+        total = sum(sizes)
+        shm = max((shm_used_bytes() or 0) - self._shm_start, 0)
+        peak = self.peak
+        peak.samples += 1
+        peak.shm_bytes = max(peak.shm_bytes, shm)
+        if total > peak.pss_bytes:
+            peak.pss_bytes, peak.processes = total, len(sizes)
+        return total, len(sizes)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            time.sleep(self.interval)
+
+    def __enter__(self) -> "PeakSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
