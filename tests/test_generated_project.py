@@ -1,16 +1,26 @@
-"""The default baked project's own test suite passes inside the baked copy."""
+"""The baked projects' own test suites pass inside the baked copies."""
 
-import os
-import subprocess
-import sys
+import pytest
+from conftest import run_baked_tests
 
 
-def test_baked_project_test_suite_passes(default_project):
-    env = {**os.environ, "PJRT_DEVICE": "CPU", "REQUIRE_XLA": "1", "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
-        cwd=default_project, env=env, capture_output=True, text=True, timeout=3600,
-    )
-    summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert " passed" in summary and "skipped" not in summary, summary
+def test_default_project_suite_passes(default_project):
+    run_baked_tests(default_project, "tests")
+
+
+def test_notebook_runs_with_the_model_built_in_each_process(bake):
+    """shared_model=no: the default bake above runs the notebook with the shared model."""
+    run_baked_tests(bake(shared_model=False), "tests/test_notebook.py")
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [
+        {"variants": "script", "include_benchmarks": False, "mixed_precision": "no"},
+        {"variants": "notebook", "downcast_bf16": True},
+    ],
+    ids=["script-only", "notebook-only"],
+)
+def test_other_variants_fast_suites_pass(bake, answers):
+    """The tests that need no training run adapt to the files a variant has."""
+    run_baked_tests(bake(**answers), "tests", "-m", "not xla")
