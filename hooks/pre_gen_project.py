@@ -6,11 +6,13 @@ allowed. Exiting non-zero makes cookiecutter remove the half-made folder.
 Standard library only: this runs in whatever Python cookiecutter runs in.
 """
 
+import ast
 import json
 import keyword
 import math
 import re
 import sys
+import unicodedata
 
 # Names a generated package must not take: they would shadow what it imports.
 SHADOWED = {
@@ -38,7 +40,8 @@ def check_free_text(field, value):
     if not isinstance(value, str) or not value.strip():
         raise AnswerError(field, value, "give a non-empty line of text")
     for char in value:
-        if char in "\r\n" or (ord(char) < 32 and char != "\t") or ord(char) == 127:
+        # Cc: C0/C1 controls (NEL is a newline to Python); Zl/Zp: U+2028/U+2029 line breaks.
+        if char != "\t" and unicodedata.category(char) in ("Cc", "Zl", "Zp"):
             raise AnswerError(field, value, "one line of text without control characters")
         if ord(char) > 0xFFFF:
             raise AnswerError(
@@ -47,8 +50,9 @@ def check_free_text(field, value):
 
 
 def check_slug(value):
-    allowed = "a Python package name: lower-case letters, digits and _, not starting with a digit"
-    if not isinstance(value, str) or not re.fullmatch(r"[a-z_][a-z0-9_]*", value):
+    allowed = "a Python package name: lower-case letters, digits and _, starting with a letter, not ending with _"
+    # The distribution name (pyproject) is the slug with - for _, and must start and end alphanumeric.
+    if not isinstance(value, str) or not re.fullmatch(r"[a-z](?:[a-z0-9_]*[a-z0-9])?", value):
         raise AnswerError("project_slug", value, allowed)
     if keyword.iskeyword(value):
         raise AnswerError("project_slug", value, "not a Python keyword")
@@ -58,17 +62,21 @@ def check_slug(value):
 
 def as_positive_int(field, value):
     text = str(value).strip()
-    if not re.fullmatch(r"[0-9]+", text) or int(text) < 1:
+    # No leading zero: the value is pasted into Python, where 016 is a syntax error.
+    if not re.fullmatch(r"[1-9][0-9]*", text):
         raise AnswerError(field, value, "a positive whole number")
     return int(text)
 
 
 def check_learning_rate(value):
+    # The value is pasted into Python source, so it must be a Python number literal as typed:
+    # float() would also take "１e-5", "010" or "2e-5\n", which break the generated code.
+    text = str(value)
     try:
-        rate = float(str(value).strip())
-    except ValueError:
-        rate = math.nan
-    if not (math.isfinite(rate) and rate > 0):
+        rate = ast.literal_eval(text) if text == text.strip() else None
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        rate = None
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (math.isfinite(rate) and rate > 0):
         raise AnswerError("learning_rate", value, "a positive number such as 2e-5")
 
 

@@ -19,7 +19,11 @@ import pytest
 import yaml
 from conftest import TEMPLATE
 from cookiecutter.environment import StrictEnvironment
-from cookiecutter.exceptions import FailedHookException, OutputDirExistsException, UndefinedVariableInTemplate
+from cookiecutter.exceptions import (
+    FailedHookException,
+    OutputDirExistsException,
+    UndefinedVariableInTemplate,
+)
 from cookiecutter.generate import generate_context
 from cookiecutter.main import cookiecutter
 from cookiecutter.prompt import prompt_for_config
@@ -39,14 +43,15 @@ def default_answers() -> dict:
 
 
 @pytest.fixture(scope="module")
-def hook():
+def hook(tmp_path_factory):
     """hooks/pre_gen_project.py rendered as cookiecutter would render it, then imported."""
     source = (TEMPLATE / "hooks" / "pre_gen_project.py").read_text()
     env = StrictEnvironment(context={"cookiecutter": {}})
-    rendered = env.from_string(source).render(cookiecutter=default_answers())
-    spec = importlib.util.spec_from_loader("pre_gen_project", loader=None)
+    rendered = tmp_path_factory.mktemp("hook") / "pre_gen_project.py"
+    rendered.write_text(env.from_string(source).render(cookiecutter=default_answers()))
+    spec = importlib.util.spec_from_file_location("pre_gen_project", rendered)
     module = importlib.util.module_from_spec(spec)
-    exec(compile(rendered, "pre_gen_project.py", "exec"), module.__dict__)
+    spec.loader.exec_module(module)
     return module
 
 
@@ -271,7 +276,7 @@ def test_typed_answers_are_kept_literally(tmp_path):
     stdin = "\n".join([*typed.values(), *[""] * 30]) + "\n"
     result = subprocess.run(
         [sys.executable, "-m", "cookiecutter", str(TEMPLATE), "--output-dir", str(tmp_path / "out")],
-        input=stdin, capture_output=True, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"},
+        input=stdin, capture_output=True, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"}, check=False,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert_valid_and_verbatim(tmp_path / "out" / SLUG, SLUG, typed)

@@ -1,1 +1,2 @@
-"""{{ cookiecutter.project_name }}: train a sequence classifier on TPUs with Accelerate and PyTorch/XLA."""
+{# tojson: the project name is data, so quotes, backslashes and non-ASCII text stay one valid string. -#}
+{{ (cookiecutter.project_name ~ ": train a sequence classifier on TPUs with Accelerate and PyTorch/XLA.") | tojson }}

@@ -8,6 +8,7 @@ kill during a save therefore leaves the previous checkpoint as the one to resume
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 from .runtime import barrier
@@ -15,6 +16,9 @@ from .runtime import barrier
 LATEST = "LATEST"
 PROGRESS = "progress.json"
 KEEP = 2
+# Test hook: seconds to sleep with a checkpoint fully staged but not yet in place, so that
+# tests/test_resume.py can SIGKILL a run in the middle of a save every time. Unset in real runs.
+PAUSE_IN_SAVE = "CHECKPOINT_TEST_PAUSE_IN_SAVE"
 
 
 class CheckpointProblem(RuntimeError):
@@ -57,20 +61,38 @@ def save_checkpoint(accelerator, output_dir, epoch: int, progress: dict) -> Path
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir(parents=True)
         barrier(accelerator)
-        accelerator.save_state(str(staging))
+        # Pickled weights, not safetensors: safetensors' loader reads storage pointers, which
+        # XLA tensors do not have, so `load_state` of a model.safetensors fails on XLA.
+        accelerator.save_state(str(staging), safe_serialization=False)
+        if os.environ.get(PAUSE_IN_SAVE):
+            time.sleep(float(os.environ[PAUSE_IN_SAVE]))
         if accelerator.is_main_process:
             _write_atomically(staging / PROGRESS, json.dumps({**progress, "epochs_done": epoch + 1}))
             shutil.rmtree(final, ignore_errors=True)
             os.replace(staging, final)
             _write_atomically(root / LATEST, name)
             _prune(root, keep={name})
-    except OSError as error:
+    except (OSError, RuntimeError) as error:
+        # torch.save reports a full disk as a RuntimeError from its zip writer ("unexpected pos"),
+        # so the free space is measured and named, before the staged files are removed.
+        free = _free_bytes(root)
         shutil.rmtree(staging, ignore_errors=True)
         previous = latest_checkpoint(output_dir)
         kept = f"; the previous checkpoint {previous} is intact" if previous else ""
-        raise CheckpointProblem(f"cannot write checkpoint {final}: {error.strerror or error}{kept}") from error
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error).strip().splitlines()[0]
+        if free is not None and free < 2**20 and not isinstance(error, OSError):
+            reason = f"the disk is full ({reason})"
+        space = "" if free is None else f" ({free / 2**20:.1f} MiB free there)"
+        raise CheckpointProblem(f"cannot write checkpoint {final}: {reason}{space}{kept}") from error
     barrier(accelerator)
     return final
+
+
+def _free_bytes(folder: Path) -> int | None:
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
 
 
 def _prune(root: Path, keep: set) -> None:

@@ -74,12 +74,22 @@ def _rows(path: Path):
     """Yield (line number, row dict) from a CSV or JSON lines file."""
     if _format(path) == "csv":
         with path.open(newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
+            # strict: a stray or unclosed quote is an error, not text that swallows the lines after it.
+            reader = csv.DictReader(handle, strict=True)
             try:
                 for row in reader:
+                    # DictReader files extra fields under None and fills missing ones with None.
+                    if None in row or None in row.values():
+                        named = sum(value is not None for key, value in row.items() if key is not None)
+                        fields = named + len(row.get(None) or [])
+                        raise DataProblem(
+                            f"{path} line {reader.line_num}: {fields} field(s) where the header has "
+                            f"{len(reader.fieldnames)} (a missing field, or a comma in unquoted text?)"
+                        )
                     yield reader.line_num, row
             except csv.Error as error:
-                raise DataProblem(f"{path} line {reader.line_num}: not valid CSV ({error})") from None
+                # line_num counts the lines of complete records: the bad record starts on the next one.
+                raise DataProblem(f"{path} line {reader.line_num + 1}: not valid CSV ({error})") from None
         return
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
@@ -128,8 +138,11 @@ def _load_files(files: dict, config: TrainConfig, text_column: str, source: str)
     columns = [text_column] + ([config.text_pair_column] if config.text_pair_column else [])
     for path in files.values():
         check_file(path, columns, config.label_column, config.num_labels)
-    fmt = _format(Path(files["train"]))
-    loaded = datasets.load_dataset(fmt, data_files={split: str(path) for split, path in files.items()})
+    # One load per file, so that a CSV train file can go with a JSON lines eval file.
+    loaded = {
+        split: datasets.load_dataset(_format(Path(path)), data_files=str(path), split="train")
+        for split, path in files.items()
+    }
     return TextData(loaded["train"], loaded["eval"], text_column, config.text_pair_column, config.label_column, source)
 
 
@@ -150,16 +163,31 @@ def load_text_data(config: TrainConfig, demo: bool) -> TextData:
 
 
 def train_demo_tokenizer(texts):
-    """A WordPiece vocabulary learnt from the demo's own texts (no download)."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    """A WordPiece vocabulary built from the demo's own texts (no download), the same in every process.
+
+    Its words by frequency (ties alphabetical), plus single characters as the pieces of unseen
+    words. Not tokenizers' WordPieceTrainer: it breaks ties between equally frequent merges in
+    hash order, so each process got another vocabulary, and a resumed run (which rebuilds this
+    tokenizer) read its checkpoint's embeddings through the wrong token ids.
+    """
+    from collections import Counter
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    normalizer, pre_tokenizer = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+    counts = Counter(
+        word for text in texts for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))
+    )
+    characters = sorted({char for word in counts for char in word})
+    words = sorted(counts, key=lambda word: (-counts[word], word))
+    pieces = list(dict.fromkeys([*specials, *characters, *("##" + char for char in characters), *words]))
+    vocab = {piece: index for index, piece in enumerate(pieces[:DEMO_VOCAB_SIZE])}
+    tokenizer = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizer
+    tokenizer.pre_tokenizer = pre_tokenizer
     tokenizer.decoder = decoders.WordPiece()
-    tokenizer.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=DEMO_VOCAB_SIZE, special_tokens=specials))
     cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]

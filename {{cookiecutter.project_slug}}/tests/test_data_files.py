@@ -1,0 +1,142 @@
+"""Local data files: a bad file is refused with its name, line and problem before training;
+a good one trains through the real `from_pretrained` / `load_dataset` path.
+"""
+
+import csv
+import json
+import re
+
+import pytest
+from conftest import child_env, python_code, python_command, run
+
+from {{ cookiecutter.project_slug }}.data import DEMO_FILES, DataProblem, check_file
+
+COLUMNS = ["text"]
+GOOD_ROWS = [("a fine film", 1), ("a dull film", 0), ("great acting", 1)]
+
+
+def write_csv(path, rows, header=("text", "label")):
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        if header:
+            writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps({"text": text, "label": label}) + "\n" for text, label in rows))
+    return path
+
+
+BAD_FILES = {
+    # name: (file name, content, expected message with {path})
+    "missing": ("absent.csv", None, "{path}: file not found"),
+    "empty": ("empty.csv", "", "{path}: no examples (empty file or header only)"),
+    "header-only": ("header.csv", "text,label\n", "{path}: no examples (empty file or header only)"),
+    "no-label-column": ("nolabel.csv", "text,score\nfine,1\n", "{path} line 2: no column 'label'"),
+    "no-text-column": ("notext.jsonl", '{"sentence": "fine", "label": 1}\n', "{path} line 1: no column 'text'"),
+    "label-too-large": ("big.csv", "text,label\nfine,1\nodd,2\n", "{path} line 3: label '2' is not a whole number in 0..1"),
+    "label-negative": ("neg.jsonl", '{"text": "a", "label": 0}\n{"text": "b", "label": -1}\n',
+                       "{path} line 2: label -1 is not a whole number in 0..1"),
+    "label-not-a-number": ("word.csv", "text,label\nfine,positive\n", "{path} line 2: label 'positive' is not a whole"),
+    "label-fraction": ("half.csv", "text,label\nfine,0.5\n", "{path} line 2: label '0.5' is not a whole"),
+    "csv-stray-quote": ("stray.csv", 'text,label\nfine,1\n"quoted"twice,0\n', "{path} line 3: not valid CSV (',' expected after '\"')"),
+    "csv-unclosed-quote": ("quote.csv", 'text,label\nfine,1\n"never closed,0\nmore,1\n',
+                           "{path} line 3: not valid CSV (unexpected end of data)"),
+    "csv-missing-field": ("short.csv", "text,label\nfine,1\nlonely\n", "{path} line 3: 1 field(s) where the header has 2"),
+    "csv-stray-comma": ("comma.csv", "text,label\nfine,1\nhello, world,0\n", "{path} line 3: 3 field(s) where the header has 2"),
+    "jsonl-broken": ("broken.jsonl", '{"text": "a", "label": 0}\n{"text": "b", "label": \n', "{path} line 2: not valid JSON"),
+    "jsonl-not-object": ("list.jsonl", '["a", 0]\n', "{path} line 1: expected a JSON object per line"),
+    "not-utf8": ("latin1.csv", "text,label\ncaf\xe9,1\n".encode("latin-1"), "{path}: not UTF-8 text"),
+    "wrong-type": ("data.parquet", "x", "{path}: unsupported file type '.parquet'"),
+}
+
+
+def make_bad_file(folder, name):
+    file_name, content, message = BAD_FILES[name]
+    path = folder / file_name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content, encoding="utf-8")
+    return path, message.format(path=path)
+
+
+@pytest.mark.parametrize("name", list(BAD_FILES))
+def test_bad_file_is_refused_with_file_line_and_problem(tmp_path, name):
+    path, message = make_bad_file(tmp_path, name)
+    with pytest.raises(DataProblem) as refused:
+        check_file(path, COLUMNS, "label", num_labels=2)
+    assert str(refused.value).startswith(message), str(refused.value)
+
+
+def test_good_files_are_counted(tmp_path):
+    assert check_file(write_csv(tmp_path / "ok.csv", GOOD_ROWS), COLUMNS, "label", 2) == len(GOOD_ROWS)
+    assert check_file(write_jsonl(tmp_path / "ok.jsonl", GOOD_ROWS), COLUMNS, "label", 2) == len(GOOD_ROWS)
+    assert check_file(DEMO_FILES["eval"], COLUMNS, "label", 2) == 120
+
+
+def test_text_pair_column_is_required_when_asked_for(tmp_path):
+    path = write_csv(tmp_path / "pairs.csv", GOOD_ROWS)
+    with pytest.raises(DataProblem, match=r"line 2: no column 'sentence2'"):
+        check_file(path, ["text", "sentence2"], "label", 2)
+
+
+@pytest.mark.xla
+def test_cli_refuses_bad_file_before_training(tmp_path):
+    """One line on stderr, exit code 2, no traceback, and no checkpoint or report written."""
+    bad, message = make_bad_file(tmp_path, "label-too-large")
+    good = write_csv(tmp_path / "eval.csv", GOOD_ROWS)
+    output = tmp_path / "outputs"
+    result = run(
+        python_command("--output_dir", str(output), "--train_file", str(bad), "--eval_file", str(good),
+                       "--compilation_cache", "false"),
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: {message} (num_labels=2)"], result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert not (output / "checkpoints").exists() and not (output / "report.json").exists()
+
+
+SAVE_DEMO_MODEL = """
+import csv, sys
+from {{ cookiecutter.project_slug }}.config import TrainConfig
+from {{ cookiecutter.project_slug }}.data import DEMO_FILES, train_demo_tokenizer
+from {{ cookiecutter.project_slug }}.modeling import build_model
+
+with DEMO_FILES["train"].open(newline="", encoding="utf-8") as handle:
+    texts = [row["text"] for row in csv.DictReader(handle)]
+tokenizer = train_demo_tokenizer(texts)
+model = build_model(TrainConfig(max_seq_length=64), demo=True, vocab_size=len(tokenizer))
+model.save_pretrained(sys.argv[1])
+tokenizer.save_pretrained(sys.argv[1])
+"""
+
+
+@pytest.mark.xla
+def test_trains_from_saved_model_and_local_files(tmp_path):
+    """The real path, offline: from_pretrained on a save_pretrained folder, load_dataset on local files
+    (a CSV train file and a JSON lines eval file)."""
+    model_dir = tmp_path / "saved-model"
+    run(python_code(SAVE_DEMO_MODEL, str(model_dir), xla=False), env=child_env(xla=False))
+    assert (model_dir / "config.json").is_file() and (model_dir / "tokenizer.json").is_file()
+    with DEMO_FILES["train"].open(newline="", encoding="utf-8") as handle:
+        rows = [(row["text"], int(row["label"])) for row in csv.DictReader(handle)]
+    train = write_csv(tmp_path / "train.csv", rows[:64])
+    evaluation = write_jsonl(tmp_path / "eval.jsonl", rows[64:101])  # 37 rows: a ragged last batch
+    output = tmp_path / "outputs"
+    result = run(python_command(
+        "--output_dir", str(output), "--model_name_or_path", str(model_dir), "--train_file", str(train),
+        "--eval_file", str(evaluation), "--max_seq_length", "64", "--num_epochs", "1", "--mixed_precision", "no",
+        "--checkpoint", "false",
+    ))
+    report = json.loads((output / "report.json").read_text())
+    assert "offline demo" not in result.stdout
+    assert report["data"] == "files"
+    assert report["train_examples"] == 64
+    assert report["eval_examples_counted"] == 37
+    assert report["config"]["model_name_or_path"] == str(model_dir)
+    assert re.fullmatch(r"xla:\w+", report["device"])

@@ -1,0 +1,217 @@
+"""Preemption: a run killed anywhere resumes from its last complete checkpoint to the same result.
+
+One uninterrupted run is the reference. Another run is SIGKILLed three times, each time
+restarted with --resume, and must end with exactly the reference's weights and metrics.
+The kill points are made deterministic by watching the run: between epochs (as soon as
+LATEST names epoch 1), in a training step (after epoch 2's first step is reported, while
+the rest of the epoch runs) and in a save (the test hook CHECKPOINT_TEST_PAUSE_IN_SAVE holds a
+fully staged, not yet committed checkpoint open long enough to be killed there).
+"""
+
+import json
+import re
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+import torch
+from conftest import PROJECT, child_env, python_code, python_command, run
+
+from {{ cookiecutter.project_slug }}.checkpointing import LATEST, PAUSE_IN_SAVE, CheckpointProblem, check_writable
+
+EPOCHS = 2
+# Tiny and quick, with 8 steps per epoch so that a kill in a step lands inside the epoch.
+RUN = [
+    "--demo", "true", "--max_seq_length", "32", "--max_train_examples", "64", "--num_epochs", str(EPOCHS),
+    "--train_batch_size", "8", "--eval_batch_size", "8", "--mixed_precision", "no", "--compilation_cache", "false",
+]
+RESUME = [*RUN, "--resume", "true"]
+WEIGHTS = "pytorch_model.bin"
+METRICS = ("eval_accuracy", "eval_loss", "eval_examples_counted")
+
+
+def latest(output) -> str | None:
+    pointer = output / "checkpoints" / LATEST
+    return pointer.read_text().strip() if pointer.is_file() else None
+
+
+def weights(folder):
+    return torch.load(folder / WEIGHTS, map_location="cpu", weights_only=True)
+
+
+def assert_same_weights(found, expected):
+    assert found.keys() == expected.keys()
+    for name in expected:
+        assert torch.equal(found[name], expected[name]), f"{name} differs from the uninterrupted run"
+
+
+class Watched:
+    """A training run in a child process whose output is read while it runs."""
+
+    def __init__(self, output, args, **env):
+        command = python_command("--output_dir", str(output), *args)
+        self.process = subprocess.Popen(
+            command, cwd=PROJECT, env=child_env(PYTHONUNBUFFERED="1", **env),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        self.stdout, self.stderr = bytearray(), bytearray()
+        self.readers = [
+            threading.Thread(target=self._drain, args=(pipe, buffer), daemon=True)
+            for pipe, buffer in ((self.process.stdout, self.stdout), (self.process.stderr, self.stderr))
+        ]
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def _drain(pipe, buffer):
+        for chunk in iter(lambda: pipe.read1(65536), b""):
+            buffer.extend(chunk)
+
+    def text(self) -> str:
+        return (bytes(self.stdout) + bytes(self.stderr)).decode(errors="replace")
+
+    def kill_when(self, ready, timeout=900, settle=0.0) -> str:
+        """SIGKILL the run as soon as ready() holds; fail if it ends first."""
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.process.kill()
+                self.process.wait()
+                pytest.fail(f"the run ended before its kill point ({self.process.returncode}):\n{self.text()[-4000:]}")
+            time.sleep(0.01)
+        time.sleep(settle)
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+        for reader in self.readers:
+            reader.join()
+        assert self.process.returncode == -signal.SIGKILL
+        return self.text()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The uninterrupted run: (final checkpoint folder, report)."""
+    output = tmp_path_factory.mktemp("uninterrupted")
+    run(python_command("--output_dir", str(output), *RUN))
+    report = json.loads((output / "report.json").read_text())
+    return output / "checkpoints" / f"epoch-{EPOCHS}", report
+
+
+@pytest.mark.xla
+def test_killed_three_times_resumes_to_the_uninterrupted_result(reference, tmp_path):
+    """Also issue 3's promise: a run stopped after epoch 1 and resumed ends with the same weights."""
+    final, expected = reference
+    output = tmp_path / "outputs"
+    checkpoints = output / "checkpoints"
+
+    # 1. Between epochs: epoch 1 is committed, epoch 2 has begun.
+    Watched(output, RUN).kill_when(lambda: latest(output) == "epoch-1")
+    assert latest(output) == "epoch-1" and not (checkpoints / "epoch-2").exists()
+
+    # 2. In a training step of epoch 2, after the resumed run has taken one.
+    stepped = re.compile(rb"epoch 2/2:[^\r\n]*\| *[1-6]/8 ")
+    resumed = Watched(output, RESUME)
+    log = resumed.kill_when(lambda: stepped.search(resumed.stderr))
+    assert "resume: continuing after epoch 1" in log
+    assert latest(output) == "epoch-1" and not (checkpoints / "epoch-2").exists()
+    assert not (checkpoints / ".epoch-2.partial").exists(), "the kill came after training, not in a step"
+
+    # 3. In the save of epoch 2: every file staged, nothing committed yet.
+    staged = checkpoints / ".epoch-2.partial" / "random_states_0.pkl"
+    saving = Watched(output, RESUME, **{PAUSE_IN_SAVE: "120"})
+    log = saving.kill_when(staged.is_file, settle=0.5)
+    assert "resume: continuing after epoch 1" in log
+    assert latest(output) == "epoch-1" and not (checkpoints / "epoch-2").exists()
+    assert (checkpoints / ".epoch-2.partial").is_dir()
+
+    # 4. Resume to the end.
+    result = run(python_command("--output_dir", str(output), *RESUME))
+    report = json.loads((output / "report.json").read_text())
+    assert "resume: continuing after epoch 1" in result.stdout
+    assert latest(output) == "epoch-2" and not (checkpoints / ".epoch-2.partial").exists()
+    assert report["epochs_run"] == 1
+    assert_same_weights(weights(checkpoints / "epoch-2"), weights(final))
+    assert {name: report[name] for name in METRICS} == {name: expected[name] for name in METRICS}
+
+
+def tmpfs(folder, size_bytes) -> bool:
+    """Mount a tiny RAM disk at folder (needs root and CAP_SYS_ADMIN); False where that is not allowed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    size = f"{-(-size_bytes // 4096) * 4}k"
+    try:
+        command = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)]
+        return subprocess.run(command, capture_output=True).returncode == 0
+    except OSError:  # no mount command
+        return False
+
+
+# Where a RAM disk cannot be mounted: the second save_state fails the way a full disk makes it fail.
+FULL_DISK_ON_SECOND_SAVE = """
+import errno, runpy, sys
+import accelerate
+
+original, calls = accelerate.Accelerator.save_state, []
+
+def save_state(self, output_dir=None, **kwargs):
+    calls.append(output_dir)
+    if len(calls) == 2:
+        with open(output_dir + "/pytorch_model.bin", "wb") as handle:
+            handle.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    return original(self, output_dir, **kwargs)
+
+accelerate.Accelerator.save_state = save_state
+sys.argv = ["cli", *sys.argv[1:]]
+runpy.run_module("{{ cookiecutter.project_slug }}.cli", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.xla
+def test_disk_full_during_save_keeps_previous_checkpoint(reference, tmp_path):
+    final, _ = reference
+    first = final.parent / "epoch-1"
+    output = tmp_path / "disk"
+    # Room for epoch 1's checkpoint and half of another: epoch 2's save runs out of space.
+    mounted = tmpfs(output, sum(path.stat().st_size for path in first.iterdir()) * 3 // 2)
+    try:
+        args = ("--output_dir", str(output), *RUN)
+        command = python_command(*args) if mounted else python_code(FULL_DISK_ON_SECOND_SAVE, *args)
+        result = run(command, check=False)
+        assert result.returncode == 2, result.stderr[-4000:]
+        assert "Traceback" not in result.stderr
+        errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1, result.stderr[-4000:]
+        assert errors[0].startswith(f"error: cannot write checkpoint {output / 'checkpoints' / 'epoch-2'}: ")
+        assert errors[0].endswith(f"the previous checkpoint {output / 'checkpoints' / 'epoch-1'} is intact")
+        # A real full disk reaches torch.save as a RuntimeError, which the message translates.
+        assert "the disk is full" in errors[0] or "No space left on device" in errors[0], errors[0]
+        assert latest(output) == "epoch-1"
+        assert not (output / "checkpoints" / ".epoch-2.partial").exists()
+        assert_same_weights(weights(output / "checkpoints" / "epoch-1"), weights(first))
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(output)], check=True)
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "is-a-file", "proc"])
+def test_unwritable_output_dir_is_named(tmp_path, where):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    output = {"under-a-file": blocker / "outputs", "is-a-file": blocker, "proc": "/proc/outputs"}[where]
+    with pytest.raises(CheckpointProblem, match=r"^output_dir='.*' is not writable: "):
+        check_writable(output)
+
+
+@pytest.mark.xla
+def test_unwritable_output_dir_fails_before_training(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = run(python_command("--output_dir", str(blocker / "outputs"), *RUN), check=False)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: output_dir='{blocker / 'outputs'}' is not writable: Not a directory"]
+    assert "epoch 1/" not in result.stderr + result.stdout
+    assert blocker.read_text() == "not a folder"
