@@ -1,0 +1,116 @@
+"""pytest wiring for the benchmarks: the profile switch, the forked measurements, the reports.
+
+Options (or variables): --bench-profile quick|full (BENCH_PROFILE; quick by default) and
+--bench-results FOLDER (BENCH_RESULTS; benchmark-results/ by default). The option is not
+called --profile because pytest-profiling already owns that name.
+
+Every benchmark in this folder that uses pytest-benchmark's `benchmark` fixture, including
+ones added later, is collected into results.md, results.png and the summary printed at the
+end: each scalar of its `extra_info` becomes a column, and `extra_info["headline"]` names
+the figure to plot.
+"""
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from . import isolation, profiles, reports
+
+RECORDS = pytest.StashKey[list]()
+WRITTEN = pytest.StashKey[dict]()
+RESULTS_VARIABLE = "BENCH_RESULTS"
+
+# Forked children must not inherit a tokenizer thread pool, and nothing here downloads.
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("benchmarks", "the project's reference benchmarks")
+    group.addoption("--bench-profile", choices=("quick", "full"), default=None,
+                    help=f"quick (default, CI) or full (a TPU host); also ${profiles.PROFILE_VARIABLE}")
+    group.addoption("--bench-results", default=None,
+                    help=f"folder for results.md and results.png (default benchmark-results/; also ${RESULTS_VARIABLE})")
+
+
+def pytest_configure(config):
+    config.stash[RECORDS] = []
+    # pytest-benchmark writes its JSON before any other plugin's end-of-session hook could make the folder.
+    saved = config.getoption("benchmark_json", None)
+    if saved:
+        Path(saved).parent.mkdir(parents=True, exist_ok=True)
+
+
+@pytest.fixture(scope="session")
+def profile(pytestconfig) -> profiles.Profile:
+    return profiles.choose(pytestconfig.getoption("--bench-profile"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def xla_parent():
+    """Load the heavy imports once, in a parent that never touches a device, for every child to inherit."""
+    if importlib.util.find_spec("torch_xla") is None:
+        message = "torch_xla is not installed: the benchmarks measure XLA (pip install -e '.[xla-cpu]' or '.[tpu]')"
+        if os.environ.get("REQUIRE_XLA") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    isolation.preload()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    outcome = "failed"
+    try:
+        result = yield
+        outcome = "passed"
+        return result
+    except pytest.skip.Exception:
+        outcome = "skipped"
+        raise
+    finally:
+        _record(item, outcome)
+
+
+def _record(item, outcome: str) -> None:
+    fixture = getattr(item, "funcargs", {}).get("benchmark")
+    if fixture is None:
+        return
+    stats = getattr(getattr(fixture, "stats", None), "stats", None)
+    callspec = getattr(item, "callspec", None)
+    item.config.stash[RECORDS].append(reports.Record(
+        group=getattr(fixture, "group", None) or item.module.__name__.rpartition(".")[2],
+        name=callspec.id if callspec else item.name,
+        outcome=outcome,
+        wall_s=getattr(stats, "median", None),
+        extra_info=dict(fixture.extra_info),
+    ))
+
+
+def results_folder(config) -> Path:
+    chosen = config.getoption("--bench-results") or os.environ.get(RESULTS_VARIABLE)
+    return Path(chosen) if chosen else Path(config.rootpath) / "benchmark-results"
+
+
+def title(config, records) -> str:
+    devices = sorted({str(r.extra_info["device"]) for r in records if r.extra_info.get("device")}) or ["unknown device"]
+    return f"Benchmark results ({profiles.choose(config.getoption('--bench-profile')).name} profile, {', '.join(devices)})"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    records = session.config.stash[RECORDS]
+    if records:
+        session.config.stash[WRITTEN] = reports.write(records, results_folder(session.config), title(session.config, records))
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    records = config.stash.get(RECORDS, [])
+    if not records:
+        return
+    terminalreporter.section(title(config, records))
+    for line in reports.summary(records):
+        terminalreporter.write_line(line)
+    for kind, path in config.stash.get(WRITTEN, {}).items():
+        terminalreporter.write_line(f"{kind}: {path}")

@@ -1,0 +1,99 @@
+"""Which element types a precision mode promises, which ones reach the graph, and what the tensors weigh.
+
+A mode is only timed when its graph holds what it promises: the float32/float64
+probe of `precision.lowered_types` must match `precision.PROMISED_TYPES` for the
+XLA variables the mode sets, and every matrix multiply of the training step must
+run in the mode's compute type. A flag that never reaches the graph (set too late,
+ignored by a newer torch_xla, or by an XLA device that does not honour it) is
+therefore reported as failed instead of being timed as if it worked.
+"""
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from {{ cookiecutter.project_slug }}.precision import PROMISED_TYPES
+
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear", "aten::einsum")
+# One line of torch_xla's IR text: "%7 = bf16[16,64]{1,0} aten::mm(%5, %6), xla_shape=...".
+IR_LINE = re.compile(r"=\s*(?P<type>[a-z]+[0-9]*)\[[^\]]*\]\S*\s+(?P<op>[a-z_]+::[A-Za-z_]+)\(")
+BYTES_PER_ELEMENT = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2}
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    xla_level: str  # the precision level whose XLA variables the mode's process sets
+    compute_type: str  # what every matmul of the step must run in
+    cast_model: bool = False
+    autocast: bool = False
+    how: str = ""
+
+
+MODES = {
+    mode.name: mode
+    for mode in (
+        Mode("fp32", "fp32", "f32", how="nothing set"),
+        Mode("xla-use-bf16", "bf16", "bf16", how="XLA_USE_BF16=1"),
+        Mode("xla-downcast-bf16", "bf16+downcast", "bf16", how="XLA_DOWNCAST_BF16=1"),
+        Mode("model-cast", "fp32", "bf16", cast_model=True, how="model.to(torch.bfloat16)"),
+        Mode("autocast", "fp32", "bf16", autocast=True, how='torch.autocast("xla", dtype=torch.bfloat16)'),
+    )
+}
+
+
+def matmul_types(ir_text: str) -> dict[str, int]:
+    """Count the matrix multiplies of a lowered graph by element type."""
+    counts = Counter()
+    for line in ir_text.splitlines():
+        match = IR_LINE.search(line)
+        if match and match.group("op") in MATMUL_OPS:
+            counts[match.group("type")] += 1
+    return dict(counts)
+
+
+def check(mode: Mode, probe: tuple[str, str], matmuls: dict[str, int]) -> str | None:
+    """None when the graph holds what the mode promises, else why not."""
+    promised_probe = PROMISED_TYPES[mode.xla_level]
+    if tuple(probe) != promised_probe:
+        return (
+            f"{mode.how}: float32/float64 lower to {probe[0]}/{probe[1]}, "
+            f"expected {promised_probe[0]}/{promised_probe[1]}"
+        )
+    if not matmuls:
+        return "no matrix multiply found in the step's graph"
+    wrong = {kind: count for kind, count in matmuls.items() if kind != mode.compute_type}
+    if wrong:
+        found = ", ".join(f"{count} in {kind}" for kind, count in sorted(wrong.items()))
+        return f"{mode.how}: {found} of {sum(matmuls.values())} matmuls, expected all in {mode.compute_type}"
+    return None
+
+
+def describe(probe: tuple[str, str], matmuls: dict[str, int]) -> str:
+    kinds = "+".join(f"{kind}x{count}" for kind, count in sorted(matmuls.items())) or "none"
+    return f"f32->{probe[0]}, f64->{probe[1]}, matmuls {kinds}"
+
+
+def device_bytes(tensors, probe: tuple[str, str]) -> int:
+    """Bytes the tensors occupy on the device: float32/float64 take the width they lower to.
+
+    Under XLA_USE_BF16 a tensor still says float32 to Python but is stored as bf16.
+    """
+    import torch
+
+    lowered = {torch.float32: probe[0], torch.float64: probe[1], torch.bfloat16: "bf16", torch.float16: "f16"}
+    total = 0
+    for tensor in tensors:
+        kind = lowered.get(tensor.dtype)
+        width = BYTES_PER_ELEMENT.get(kind, tensor.element_size()) if kind else tensor.element_size()
+        total += tensor.numel() * width
+    return total
+
+
+def optimizer_tensors(optimizer):
+    import torch
+
+    for state in optimizer.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor):
+                yield value

@@ -1,0 +1,76 @@
+"""The two sizes of the suite: `quick` (CI, a few minutes on two CPU cores) and `full` (a TPU host).
+
+Chosen by `--bench-profile` or the BENCH_PROFILE variable. The quick profile keeps every
+question the suite asks but shrinks the models, the step counts and the grid.
+"""
+
+import os
+from dataclasses import dataclass
+
+from {{ cookiecutter.project_slug }}.config import TrainConfig
+
+PROFILE_VARIABLE = "BENCH_PROFILE"
+
+# BERT shapes built from scratch (no download). "demo" is the project's own tiny model.
+MODEL_SHAPES = {
+    # Quick: bert-base's vocabulary and 4x the demo's width, but the demo's 2 layers, because
+    # compiling a training step on the CPU costs seconds per layer (bert-mini's 4 layers: twice).
+    "mid": {"hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 1024},
+    "bert-base": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072},
+}
+BERT_VOCAB_SIZE = 30522  # bert-base-uncased's vocabulary: the embedding is a large share of the parameters
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    precision_models: tuple[str, ...]
+    # Modes run on the larger model (the demo model runs them all); None: all of them.
+    larger_model_modes: tuple[str, ...] | None
+    batch_size: int
+    max_seq_length: int
+    warmup_steps: int  # compilation happens here (three graphs before a steady step)
+    timed_steps: int
+    full_grid: bool
+    eval_rounds: int  # the first evaluation compiles; the rest are steady
+    compare_epochs: int
+    compare_train_examples: int | None
+
+    def precision_cases(self, modes) -> list[tuple[str, str]]:
+        """(model, mode) pairs, fp32 first for each model: the other modes measure their drift from it."""
+        cases = []
+        for index, model in enumerate(self.precision_models):
+            chosen = modes if index == 0 or self.larger_model_modes is None else self.larger_model_modes
+            cases += [(model, mode) for mode in sorted(chosen, key=lambda name: name != "fp32")]
+        return cases
+
+    @property
+    def loss_steps(self) -> int:
+        """K: the loss compared with fp32 is the one after this many optimizer steps."""
+        return self.warmup_steps + self.timed_steps
+
+
+def _profiles() -> dict[str, Profile]:
+    baked = TrainConfig()
+    return {
+        "quick": Profile(
+            name="quick", precision_models=("demo", "mid"), larger_model_modes=("fp32", "model-cast"), batch_size=8,
+            max_seq_length=64, warmup_steps=3, timed_steps=5, full_grid=False, eval_rounds=3, compare_epochs=1,
+            compare_train_examples=32,
+        ),
+        "full": Profile(
+            name="full", precision_models=("demo", "bert-base"), larger_model_modes=None,
+            batch_size=baked.train_batch_size,
+            max_seq_length=baked.max_seq_length, warmup_steps=5, timed_steps=20, full_grid=True, eval_rounds=5,
+            compare_epochs=2, compare_train_examples=None,
+        ),
+    }
+
+
+def choose(option: str | None) -> Profile:
+    """The command-line option wins over the environment; quick is the default."""
+    name = option or os.environ.get(PROFILE_VARIABLE) or "quick"
+    profiles = _profiles()
+    if name not in profiles:
+        raise ValueError(f"benchmark profile {name!r}: must be one of {', '.join(profiles)}")
+    return profiles[name]

@@ -1,0 +1,52 @@
+"""Each precision mode on each model, in its own process: step time, compilations, bytes,
+graph element types and the drift of the loss from fp32 after K steps.
+
+A mode whose graph lacks the types it promises is reported as failed (extra_info
+status and reason), not timed and not skipped; only fp32, the reference, must work.
+The quick profile runs every mode on the demo model and fp32 and model-cast on the
+larger one; the full profile runs every mode on both.
+"""
+
+import pytest
+
+from . import isolation, profiles
+from .graph_types import MODES
+from .measure_precision import run_mode
+
+
+def pytest_generate_tests(metafunc):
+    if "model_name" in metafunc.fixturenames:
+        pairs = profiles.choose(metafunc.config.getoption("--bench-profile")).precision_cases(list(MODES))
+        metafunc.parametrize(("model_name", "mode_name"), pairs, ids=[f"{model}-{mode}" for model, mode in pairs])
+
+
+@pytest.fixture(scope="session")
+def precision_runs() -> dict:
+    return {}
+
+
+def fp32_run(precision_runs, model_name, profile) -> dict:
+    key = ("fp32", model_name)
+    if key not in precision_runs:
+        precision_runs[key] = isolation.run(run_mode, MODES["fp32"], model_name, profile)
+    return precision_runs[key]
+
+
+@pytest.mark.benchmark(group="precision")
+def test_precision_mode(benchmark, profile, precision_runs, model_name, mode_name):
+    result = benchmark.pedantic(
+        isolation.run, args=(run_mode, MODES[mode_name], model_name, profile), rounds=1, iterations=1
+    )
+    precision_runs[(mode_name, model_name)] = result
+    benchmark.extra_info.update(result, headline="step_median_s")
+    if mode_name == "fp32":
+        assert result["status"] == "ok", result.get("reason")
+    if result["status"] != "ok":
+        return
+    assert result["steady_compilations"] == 0, "a timed step compiled: the timing is not steady-state"
+    assert result["compilations"] >= 1 and result["step_median_s"] > 0
+    assert result["state_bytes"] > 0
+    reference = fp32_run(precision_runs, model_name, profile)
+    benchmark.extra_info["fp32_final_loss"] = reference["final_loss"]
+    benchmark.extra_info["loss_drift"] = abs(result["final_loss"] - reference["final_loss"])
+    benchmark.extra_info["loss_drift_relative"] = benchmark.extra_info["loss_drift"] / abs(reference["final_loss"])

@@ -1,0 +1,53 @@
+"""What every measurement trains or evaluates on: the project's offline demo data and models.
+
+The data, tokenizer, batching and model code are the project's own; only the
+BERT-sized shapes are added here, built from a config so that nothing is downloaded.
+"""
+
+import torch
+from transformers import BertConfig, BertForSequenceClassification
+
+from {{ cookiecutter.project_slug }} import batching
+from {{ cookiecutter.project_slug }}.config import TrainConfig
+from {{ cookiecutter.project_slug }}.data import load_text_data, load_tokenizer
+from {{ cookiecutter.project_slug }}.modeling import ATTENTION, build_model, use_graph_friendly_attention
+
+from .profiles import BERT_VOCAB_SIZE, MODEL_SHAPES, Profile
+
+
+def config_for(profile: Profile, **overrides) -> TrainConfig:
+    """The demo configuration at the profile's sequence length, fp32, nothing written to disk."""
+    settings = {
+        "demo": True, "max_seq_length": profile.max_seq_length, "mixed_precision": "no", "checkpoint": False,
+        "compilation_cache": False, **overrides,
+    }
+    return TrainConfig(**settings)
+
+
+def demo_examples(config: TrainConfig):
+    """(tokenizer, train examples, eval examples), tokenized the way training_function does it."""
+    data = load_text_data(config, demo=True)
+    tokenizer = load_tokenizer(config, demo=True)
+    encode = (tokenizer, data.text_column, data.text_pair_column, data.label_column, config.max_seq_length)
+    train, evaluation = batching.tokenize(data.train, *encode), batching.tokenize(data.eval, *encode)
+    if config.max_train_examples:
+        train = train.select(range(min(config.max_train_examples, len(train))))
+    return tokenizer, train, evaluation
+
+
+def build(model_name: str, config: TrainConfig, vocab_size: int):
+    """'demo' is the project's own tiny BERT; the other names are BERT shapes built from scratch."""
+    if model_name == "demo":
+        return use_graph_friendly_attention(build_model(config, demo=True, vocab_size=vocab_size))
+    torch.manual_seed(config.seed)
+    shape = BertConfig(
+        vocab_size=max(BERT_VOCAB_SIZE, vocab_size), num_labels=config.num_labels, attn_implementation=ATTENTION,
+        **MODEL_SHAPES[model_name],
+    )
+    return BertForSequenceClassification(shape)
+
+
+def forever(loader):
+    """Batches from a loader, epoch after epoch (itertools.cycle would keep every batch alive)."""
+    while True:
+        yield from loader

@@ -1,0 +1,238 @@
+"""The benchmark suite's own logic: grid, profiles, element-type check, counters, isolation, reports.
+
+Cheap on purpose: only two tests touch an XLA device, each in a child process for a few seconds.
+"""
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from itertools import product
+
+import pytest
+
+from benchmarks import graph_types, grid, isolation, profiles, reports
+from {{ cookiecutter.project_slug }}.batching import LAST_BATCH_POLICIES
+from {{ cookiecutter.project_slug }}.config import PADDING_MODES
+
+EVAL_SET_SIZE = 120  # data/demo/eval.csv
+
+
+# Grid -----------------------------------------------------------------------------------------
+
+def test_eval_sizes_cover_the_four_cases():
+    sizes = grid.eval_sizes(16, EVAL_SET_SIZE)
+    assert sizes["train"] == 16 and sizes["2x-train"] == 32 and sizes["half-train"] == 8
+    assert EVAL_SET_SIZE % sizes["non-divisor"] != 0
+    assert len(set(sizes.values())) == 4
+
+
+@pytest.mark.parametrize(("train", "eval_set"), [(16, 120), (8, 64), (1, 7), (32, 96)])
+def test_non_divisor_never_divides(train, eval_set):
+    size = grid.eval_sizes(train, eval_set)["non-divisor"]
+    assert eval_set % size != 0
+
+
+def test_full_grid_is_every_combination_once():
+    cells = grid.build(16, EVAL_SET_SIZE, full=True)
+    combos = {(cell.size_label, cell.last_batch, cell.padding) for cell in cells}
+    assert len(cells) == len(combos) == 36
+    assert combos == set(product(grid.SIZE_LABELS, LAST_BATCH_POLICIES, PADDING_MODES))
+    assert len({cell.id for cell in cells}) == 36
+
+
+def test_quick_grid_moves_one_factor_at_a_time_from_the_default():
+    cells = grid.build(16, EVAL_SET_SIZE, full=False)
+    assert len(cells) < 36
+    default = [cell for cell in cells if cell.is_default]
+    assert len(default) == 1
+    for cell in cells:
+        differences = sum(a != b for a, b in zip((cell.size_label, cell.last_batch, cell.padding), grid.DEFAULT, strict=True))
+        assert differences == (0 if cell.is_default else 1), cell.id
+    assert {cell.size_label for cell in cells} == set(grid.SIZE_LABELS)
+    assert {cell.last_batch for cell in cells} == set(LAST_BATCH_POLICIES)
+    assert {cell.padding for cell in cells} == set(PADDING_MODES)
+
+
+# Profiles -------------------------------------------------------------------------------------
+
+def test_profile_choice(monkeypatch):
+    monkeypatch.delenv(profiles.PROFILE_VARIABLE, raising=False)
+    assert profiles.choose(None).name == "quick"
+    monkeypatch.setenv(profiles.PROFILE_VARIABLE, "full")
+    assert profiles.choose(None).name == "full"
+    assert profiles.choose("quick").name == "quick"
+    with pytest.raises(ValueError, match="must be one of"):
+        profiles.choose("huge")
+
+
+def test_precision_cases_put_fp32_first_for_each_model():
+    modes = list(graph_types.MODES)
+    for name in ("quick", "full"):
+        cases = profiles.choose(name).precision_cases(modes)
+        for model in {model for model, _ in cases}:
+            assert [mode for m, mode in cases if m == model][0] == "fp32"
+    quick = profiles.choose("quick").precision_cases(modes)
+    assert [mode for model, mode in quick if model == "demo"] == sorted(modes, key=lambda m: m != "fp32")
+    full = profiles.choose("full").precision_cases(modes)
+    assert len(full) == 2 * len(modes)
+
+
+# Element types --------------------------------------------------------------------------------
+
+IR_BF16 = """IR {
+  %0 = f32[2,64]{1,0} xla::device_data(), xla_shape=f32[2,64]{1,0}
+  %1 = bf16[8,64]{1,0} aten::mm(%0, %0), xla_shape=bf16[8,64]{1,0}
+  %2 = bf16[8,2]{1,0} aten::addmm(%1, %0, %0), xla_shape=bf16[8,2]{1,0}
+  %3 = bf16[2,8,8]{2,1,0} aten::matmul(%2, %2), xla_shape=bf16[2,8,8]{2,1,0}
+  %4 = f32[] aten::sum(%3), xla_shape=f32[], ROOT=0
+}"""
+
+
+def test_matmul_types_reads_torch_xla_ir_text():
+    assert graph_types.matmul_types(IR_BF16) == {"bf16": 3}
+    assert graph_types.matmul_types(IR_BF16.replace("bf16", "f32")) == {"f32": 3}
+
+
+def test_check_accepts_a_mode_whose_graph_keeps_its_promise():
+    assert graph_types.check(graph_types.MODES["autocast"], ("f32", "f64"), {"bf16": 54}) is None
+    assert graph_types.check(graph_types.MODES["xla-downcast-bf16"], ("bf16", "f32"), {"bf16": 54}) is None
+    assert graph_types.check(graph_types.MODES["fp32"], ("f32", "f64"), {"f32": 54}) is None
+
+
+@pytest.mark.parametrize(
+    ("mode", "probe", "matmuls", "says"),
+    [
+        ("xla-use-bf16", ("f32", "f64"), {"f32": 54}, "lower to f32/f64"),  # variable ignored
+        ("xla-downcast-bf16", ("bf16", "bf16"), {"bf16": 54}, "expected bf16/f32"),  # the wrong variable
+        ("model-cast", ("f32", "f64"), {"f32": 50, "bf16": 4}, "50 in f32 of 54 matmuls"),
+        ("fp32", ("f32", "f64"), {}, "no matrix multiply"),
+    ],
+)
+def test_check_names_what_did_not_reach_the_graph(mode, probe, matmuls, says):
+    assert says in graph_types.check(graph_types.MODES[mode], probe, matmuls)
+
+
+def test_device_bytes_follow_the_lowered_width():
+    import torch
+
+    tensors = [torch.zeros(10, 10), torch.zeros(5, dtype=torch.float64), torch.zeros(4, dtype=torch.int64)]
+    assert graph_types.device_bytes(tensors, ("f32", "f64")) == 400 + 40 + 32
+    assert graph_types.device_bytes(tensors, ("bf16", "f32")) == 200 + 20 + 32
+    assert graph_types.device_bytes([torch.zeros(3, dtype=torch.bfloat16)], ("f32", "f64")) == 6
+
+
+# Isolation and the compile counters -----------------------------------------------------------
+
+def raise_in_child():
+    raise ValueError("broken on purpose")
+
+
+def one_new_graph():
+    """Run the same small graph twice; return the compilations counted around each run."""
+    import torch
+    import torch_xla
+
+    from {{ cookiecutter.project_slug }} import runtime
+
+    counted = []
+    for _ in range(2):
+        with runtime.counting_compilations() as compiled:
+            (torch.ones(3, 3, device=torch_xla.device()) * 7).sum().item()
+        counted.append(compiled)
+    return counted
+
+
+def test_a_failing_child_reports_its_traceback():
+    with pytest.raises(isolation.ChildFailed, match="broken on purpose"):
+        isolation.run(raise_in_child)
+
+
+@pytest.mark.xla
+def test_every_child_starts_with_an_empty_graph_cache():
+    """The counters reach the parent, and a second process compiles again: no state leaks between modes."""
+    for _ in range(2):
+        first, second = isolation.run(one_new_graph)
+        assert first["compilations"] == 1 and first["compile_seconds"] > 0
+        assert second["compilations"] == 0
+
+
+@pytest.mark.xla
+def test_a_precision_that_does_not_reach_the_graph_is_reported_failed_and_not_timed():
+    from benchmarks.measure_precision import run_mode
+
+    broken = graph_types.Mode("bf16-never-applied", "fp32", "bf16", how="bf16 promised, nothing applied")
+    tiny = replace(profiles.choose("quick"), warmup_steps=1, timed_steps=1)
+    result = isolation.run(run_mode, broken, "demo", tiny)
+    assert result["status"] == "failed"
+    assert "matmuls, expected all in bf16" in result["reason"]
+    assert "step_median_s" not in result and "compilations" not in result
+
+
+# Reports --------------------------------------------------------------------------------------
+
+def records():
+    return [
+        reports.Record("precision", "demo-fp32", "passed", 3.0, {
+            "mode": "fp32", "device": "xla:CPU", "status": "ok", "step_median_s": 0.25, "param_bytes": 2**21,
+            "losses": [0.7, 0.6], "headline": "step_median_s",
+        }),
+        reports.Record("precision", "demo-broken", "passed", 1.0, {
+            "mode": "broken", "device": "xla:CPU", "status": "failed", "reason": "f32 | not bf16",
+            "headline": "step_median_s",
+        }),
+        # A benchmark written later by someone else: nested extra_info, no headline.
+        reports.Record("shared model memory", "fork-2", "passed", 9.5, {"pss": {"total_mib": 812.5}, "workers": 2}),
+    ]
+
+
+def test_markdown_has_one_table_per_group_with_every_scalar():
+    text = reports.markdown(records(), "Benchmark results (quick profile, xla:CPU)")
+    assert text.startswith("# Benchmark results (quick profile, xla:CPU)")
+    assert "## precision" in text and "## shared model memory" in text
+    assert "Same in every row: device=xla:CPU" in text
+    assert "| demo-fp32 | ok | fp32 | 0.25 | 2.0 MiB | 3 |" in text
+    assert "failed: f32 \\| not bf16" in text  # the reason is shown, and cannot break the table
+    assert "| fork-2 | ok | 812.5 | 2 | 9.5 |" in text
+    assert "pss.total_mib" in text and "losses" not in text
+
+
+def test_summary_names_each_headline_and_failure():
+    lines = reports.summary(records())
+    assert any("demo-fp32" in line and "step_median_s=0.25" in line for line in lines)
+    assert any("demo-broken" in line and "failed" in line and "not bf16" in line for line in lines)
+    assert any("fork-2" in line and "wall_s=9.5" in line for line in lines)
+
+
+def test_write_produces_the_table_and_a_png(tmp_path):
+    written = reports.write(records(), tmp_path / "results", "Benchmark results")
+    assert written["table"].read_text().startswith("# Benchmark results")
+    assert written["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+BENCHMARK_FILE = '''
+def test_sleepless(benchmark):
+    benchmark.extra_info["compilations"] = 3
+    benchmark.pedantic(sum, args=([1, 2],), rounds=2, iterations=1)
+'''
+
+
+def test_pytest_benchmark_compare_reads_two_saved_runs(tmp_path):
+    (tmp_path / "test_tiny.py").write_text(BENCHMARK_FILE)
+    saved = []
+    for name in ("first", "second"):
+        path = tmp_path / f"{name}.json"
+        subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_tiny.py"),
+             f"--benchmark-json={path}"],
+            cwd=tmp_path, check=True, capture_output=True, timeout=300,
+        )
+        assert json.loads(path.read_text())["benchmarks"][0]["extra_info"] == {"compilations": 3}
+        saved.append(str(path))
+    # The `pytest-benchmark compare` command, through this interpreter (its module has no __main__).
+    command = "import sys; from pytest_benchmark.cli import main; sys.argv[0] = 'pytest-benchmark'; main()"
+    compared = subprocess.run(
+        [sys.executable, "-c", command, "compare", *saved], capture_output=True, text=True, timeout=300
+    )
+    assert compared.returncode == 0, compared.stderr
+    assert compared.stdout.count("test_sleepless") == 2
