@@ -74,3 +74,24 @@ def run_training(tmp_path):
         return train(tmp_path, *args, **kwargs)
 
     return _run
+
+
+PRECISION_FLAGS = {
+    "fp32": ["--mixed_precision", "no"],
+    "bf16": ["--mixed_precision", "bf16", "--downcast_bf16", "false"],
+    "bf16+downcast": ["--mixed_precision", "bf16", "--downcast_bf16", "true"],
+}
+
+
+@pytest.fixture(scope="session")
+def demo_report(tmp_path_factory):
+    """The default demo (no flags but the precision level), run once per level and shared by all tests."""
+    runs = {}
+
+    def get(level):
+        if level not in runs:
+            folder = tmp_path_factory.mktemp(f"demo-{level.replace('+', '-')}")
+            runs[level] = train(folder, *PRECISION_FLAGS[level], "--checkpoint", "false")
+        return runs[level]
+
+    return get

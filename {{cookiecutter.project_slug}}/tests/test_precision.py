@@ -8,18 +8,10 @@ import math
 import os
 
 import pytest
-from conftest import QUICK, python_code, python_command, run
+from conftest import PRECISION_FLAGS, QUICK, python_code, python_command, run
 
 from {{ cookiecutter.project_slug }} import precision
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
-
-LEVELS = {
-    "fp32": ["--mixed_precision", "no"],
-    "bf16": ["--mixed_precision", "bf16", "--downcast_bf16", "false"],
-    "bf16+downcast": ["--mixed_precision", "bf16", "--downcast_bf16", "true"],
-}
-# The demo at a shorter sequence length: long enough to learn, short enough for three runs.
-DEMO = ["--demo", "true", "--max_seq_length", "64"]
 
 LOWERING = """
 import json, sys, torch_xla
@@ -29,33 +21,18 @@ print(json.dumps(precision.lowered_types(torch_xla.device())))
 """
 
 
-@pytest.fixture(scope="module")
-def demo_reports(tmp_path_factory):
-    """One demo run per level, shared by the tests below."""
-    reports = {}
-
-    def get(level):
-        if level not in reports:
-            output = tmp_path_factory.mktemp(level.replace("+", "-"))
-            command = python_command("--output_dir", str(output), *DEMO, *LEVELS[level], "--checkpoint", "false")
-            run(command)
-            reports[level] = json.loads((output / "report.json").read_text())
-        return reports[level]
-
-    return get
-
-
 @pytest.mark.xla
-@pytest.mark.parametrize("level", list(LEVELS))
+@pytest.mark.parametrize("level", list(PRECISION_FLAGS))
 def test_graph_holds_the_promised_types(level):
     result = run(python_code(LOWERING, level))
     assert tuple(json.loads(result.stdout.strip().splitlines()[-1])) == precision.PROMISED_TYPES[level]
 
 
 @pytest.mark.xla
-@pytest.mark.parametrize("level", list(LEVELS))
-def test_report_and_learning_per_level(demo_reports, level):
-    report = demo_reports(level)
+@pytest.mark.parametrize("level", list(PRECISION_FLAGS))
+def test_report_and_learning_per_level(demo_report, level):
+    """The default demo at each level: the report says what reached the graph, and it still learns."""
+    report, _ = demo_report(level)
     promised = precision.PROMISED_TYPES[level]
     assert report["precision"] == {
         "requested": level,
@@ -64,7 +41,7 @@ def test_report_and_learning_per_level(demo_reports, level):
         "verified": f"f32->{promised[0]}, f64->{promised[1]} in graph",
     }
     assert math.isfinite(report["eval_loss"])
-    assert abs(report["eval_accuracy"] - demo_reports("fp32")["eval_accuracy"]) <= 0.05
+    assert abs(report["eval_accuracy"] - demo_report("fp32")[0]["eval_accuracy"]) <= 0.05
 
 
 @pytest.mark.xla

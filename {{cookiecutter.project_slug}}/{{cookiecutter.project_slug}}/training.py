@@ -115,7 +115,7 @@ def _train(accelerator, model, config: TrainConfig, precision_report) -> dict:
 
     metric_dtype = precision.metric_dtype(precision_report)
     device = accelerator.device
-    trained, seconds, evaluation, saved = 0, 0.0, {}, None
+    trained, seconds, evaluation, saved, compiled_by_epoch = 0, 0.0, {}, None, []
     for epoch in range(first_epoch, config.num_epochs):
         # Through Accelerate's loader, not the sampler: on every pass it re-applies its own epoch
         # counter to the sampler, and that counter restarts at 0 in a resumed run.
@@ -132,12 +132,15 @@ def _train(accelerator, model, config: TrainConfig, precision_report) -> dict:
         )
         if config.checkpoint:
             saved = checkpointing.save_checkpoint(accelerator, config.output_dir, epoch, {"train_loss": train_loss})
+        # Cumulative, so that a test can see that later epochs compile nothing new.
+        compiled_by_epoch.append(runtime.compile_counts().compilations)
     return {
         "device": runtime.device_kind(device),
         "distributed_type": str(accelerator.distributed_type.value),
         "num_processes": accelerator.num_processes,
         "epochs": config.num_epochs,
         "epochs_run": config.num_epochs - first_epoch,
+        "process_compilations_after_each_epoch": compiled_by_epoch,
         "train_examples": len(train_examples),
         "examples_per_second": trained / seconds if seconds else None,
         **evaluation,
