@@ -27,7 +27,8 @@ demo: env ## Bake the template with its defaults into build/ and train the offli
 	$(PY) -m cookiecutter . --no-input --output-dir $(BUILD)/demo
 	cd $(BUILD)/demo/$(DEMO_SLUG) && PJRT_DEVICE=CPU HF_HUB_OFFLINE=1 $(PY) train.py
 
-test: env ## Run the template's tests (bakes, hooks, the baked project's own tests) and the quick benchmarks
+test: env ## Lint, then run the template's tests (bakes, hooks, the baked projects' own tests) and the quick benchmarks
+	$(PY) -m ruff check --no-cache tests benchmarks tools hooks
 	PJRT_DEVICE=CPU REQUIRE_XLA=1 HF_HUB_OFFLINE=1 $(PY) -m pytest tests benchmarks
 
 clean: ## Remove baked output (keeps the environment)

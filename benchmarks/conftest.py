@@ -1,21 +1,19 @@
 """Bake the template with its defaults once for the benchmark run, and print what it measured."""
 
-import json
 from pathlib import Path
 
 import pytest
-from cookiecutter.main import cookiecutter
 
-TEMPLATE = Path(__file__).resolve().parent.parent
+from tests.baking import TEMPLATE, bake_into, template_defaults
+
 RESULTS = TEMPLATE / "benchmark-results"
 SUMMARY = pytest.StashKey[list]()
 
 
 @pytest.fixture(scope="session")
 def baked_default(tmp_path_factory) -> Path:
-    answers = json.loads((TEMPLATE / "cookiecutter.json").read_text())
-    assert answers["include_benchmarks"], "the default answers must keep the benchmark suite"
-    return Path(cookiecutter(str(TEMPLATE), no_input=True, output_dir=str(tmp_path_factory.mktemp("bench-bake"))))
+    assert template_defaults()["include_benchmarks"], "the default answers must keep the benchmark suite"
+    return bake_into(tmp_path_factory.mktemp("bench-bake"))
 
 
 @pytest.fixture

@@ -4,15 +4,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from cookiecutter.main import cookiecutter
-
-TEMPLATE = Path(__file__).resolve().parent.parent
+from tests.baking import bake_into
 
 
 def bake_once() -> Path:
     output = Path(tempfile.mkdtemp(prefix="bake-time-"))
     try:
-        return Path(cookiecutter(str(TEMPLATE), no_input=True, output_dir=str(output)))
+        return bake_into(output)
     finally:
         shutil.rmtree(output, ignore_errors=True)
 

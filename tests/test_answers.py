@@ -12,12 +12,11 @@ import json
 import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
-from conftest import TEMPLATE
 from cookiecutter.environment import StrictEnvironment
 from cookiecutter.exceptions import (
     FailedHookException,
@@ -27,6 +26,8 @@ from cookiecutter.exceptions import (
 from cookiecutter.generate import generate_context
 from cookiecutter.main import cookiecutter
 from cookiecutter.prompt import prompt_for_config
+
+from tests.baking import TEMPLATE
 
 SLUG = "odd_text"
 # Quotes, backslashes, shell metacharacters and non-ASCII: legal, and must arrive verbatim.

@@ -5,13 +5,14 @@ import py_compile
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import nbformat
 import pytest
+import tomllib
 import yaml
-from conftest import TEMPLATE
+
+from tests.baking import TEMPLATE
 
 TEMPLATE_DIR = TEMPLATE / "{{cookiecutter.project_slug}}"
 # Files that exist only for some answers; everything else is always baked.

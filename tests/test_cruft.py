@@ -5,7 +5,7 @@ import shutil
 import subprocess
 import sys
 
-from conftest import TEMPLATE, bake_into
+from tests.baking import TEMPLATE, bake_into
 
 IGNORED = shutil.ignore_patterns(".git", ".venv", "build", "__pycache__", ".pytest_cache", "benchmark-results")
 

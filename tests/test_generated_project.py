@@ -1,7 +1,8 @@
 """The baked projects' own test suites pass inside the baked copies."""
 
 import pytest
-from conftest import run_baked_tests
+
+from tests.baking import run_baked_tests
 
 
 def test_default_project_suite_passes(default_project):

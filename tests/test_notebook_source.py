@@ -4,7 +4,8 @@ import importlib.util
 
 import nbformat
 import pytest
-from conftest import DEFAULT_SLUG, TEMPLATE, template_defaults
+
+from tests.baking import DEFAULT_SLUG, TEMPLATE, template_defaults
 
 
 def load_builder():

@@ -2,7 +2,7 @@
 
 import re
 
-from conftest import TEMPLATE, template_defaults
+from tests.baking import TEMPLATE, template_defaults
 
 
 def pinned(name: str) -> str:

@@ -1,0 +1,33 @@
+"""Baking helpers shared by the template's tests and benchmarks: cookiecutter's own API, temporary folders."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from cookiecutter.main import cookiecutter
+
+TEMPLATE = Path(__file__).resolve().parent.parent
+DEFAULT_SLUG = "tpu_text_classifier"
+
+
+def template_defaults() -> dict:
+    return json.loads((TEMPLATE / "cookiecutter.json").read_text())
+
+
+def bake_into(output_dir: Path, template: Path = TEMPLATE, **answers) -> Path:
+    return Path(cookiecutter(str(template), no_input=True, extra_context=answers, output_dir=str(output_dir)))
+
+
+def run_baked_tests(project: Path, *pytest_args: str) -> str:
+    """Run a baked project's own pytest suite inside it; fail unless it passed with nothing skipped."""
+    env = {**os.environ, "PJRT_DEVICE": "CPU", "REQUIRE_XLA": "1", "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
+        cwd=project, env=env, capture_output=True, text=True, timeout=3600,
+    )
+    summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert " passed" in summary and "skipped" not in summary, summary
+    return summary
