@@ -7,10 +7,9 @@ BERT-sized shapes are added here, built from a config so that nothing is downloa
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
-from {{ cookiecutter.project_slug }} import batching
 from {{ cookiecutter.project_slug }}.config import TrainConfig
-from {{ cookiecutter.project_slug }}.data import load_text_data, load_tokenizer
 from {{ cookiecutter.project_slug }}.modeling import ATTENTION, build_model, use_graph_friendly_attention
+from {{ cookiecutter.project_slug }}.training import load_examples
 
 from .profiles import BERT_VOCAB_SIZE, MODEL_SHAPES, Profile
 
@@ -25,13 +24,8 @@ def config_for(profile: Profile, **overrides) -> TrainConfig:
 
 
 def demo_examples(config: TrainConfig):
-    """(tokenizer, train examples, eval examples), tokenized the way training_function does it."""
-    data = load_text_data(config, demo=True)
-    tokenizer = load_tokenizer(config, demo=True)
-    encode = (tokenizer, data.text_column, data.text_pair_column, data.label_column, config.max_seq_length)
-    train, evaluation = batching.tokenize(data.train, *encode), batching.tokenize(data.eval, *encode)
-    if config.max_train_examples:
-        train = train.select(range(min(config.max_train_examples, len(train))))
+    """(tokenizer, train examples, eval examples), exactly as training_function prepares them."""
+    _, tokenizer, train, evaluation = load_examples(config, demo=True)
     return tokenizer, train, evaluation
 
 

@@ -58,16 +58,22 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
     return report
 
 
+def load_examples(config: TrainConfig, demo: bool):
+    """(data, tokenizer, train examples, eval examples), tokenized without padding (the collator pads)."""
+    data = load_text_data(config, demo)
+    tokenizer = load_tokenizer(config, demo)
+    encode = (tokenizer, data.text_column, data.text_pair_column, data.label_column, config.max_seq_length)
+    train_examples = batching.tokenize(data.train, *encode)
+    eval_examples = batching.tokenize(data.eval, *encode)
+    if config.max_train_examples:
+        train_examples = train_examples.select(range(min(config.max_train_examples, len(train_examples))))
+    return data, tokenizer, train_examples, eval_examples
+
+
 def _train(accelerator, model, config: TrainConfig, precision_report) -> dict:
     demo = wants_demo(config)
     with runtime.main_process_first(accelerator):
-        data = load_text_data(config, demo)
-        tokenizer = load_tokenizer(config, demo)
-        encode = (tokenizer, data.text_column, data.text_pair_column, data.label_column, config.max_seq_length)
-        train_examples = batching.tokenize(data.train, *encode)
-        eval_examples = batching.tokenize(data.eval, *encode)
-    if config.max_train_examples:
-        train_examples = train_examples.select(range(min(config.max_train_examples, len(train_examples))))
+        data, tokenizer, train_examples, eval_examples = load_examples(config, demo)
     if model is None:
         model = build_model(config, demo, vocab_size=len(tokenizer))
     model = use_graph_friendly_attention(model)
