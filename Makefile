@@ -8,7 +8,7 @@ BUILD := build
 DEMO_SLUG := tpu_text_classifier
 PY := $(abspath $(VENV))/bin/python
 
-.PHONY: help env demo test bench clean
+.PHONY: help env demo test notebook results clean
 
 help: ## List the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'
@@ -30,6 +30,12 @@ demo: env ## Bake the template with its defaults into build/ and train the offli
 test: env ## Lint, then run the template's tests (bakes, hooks, the baked projects' own tests) and the quick benchmarks
 	$(PY) -m ruff check --no-cache tests benchmarks tools hooks
 	PJRT_DEVICE=CPU REQUIRE_XLA=1 HF_HUB_OFFLINE=1 $(PY) -m pytest tests benchmarks
+
+notebook: env ## Rebuild the template's notebook with nbformat (never edit the .ipynb by hand)
+	$(PY) tools/build_notebook.py
+
+results: env ## Put the latest quick benchmark table (benchmark-results/, written by make test) into README.md
+	$(PY) tools/update_readme_results.py
 
 clean: ## Remove baked output (keeps the environment)
 	rm -rf $(BUILD)
