@@ -95,3 +95,79 @@ def demo_report(tmp_path_factory):
         return runs[level]
 
     return get
+
+
+# Several processes, as on a TPU VM or a pod, run here as gloo workers that notebook_launcher forks
+# with torch_xla hidden (torch_xla 2.9 cannot run several processes on the CPU). The driver records
+# the learning rate of every optimizer step in every process, and can give each process its own
+# working folder: a relative output_dir then points at each "host's" own disk.
+WORKERS = NO_XLA_PRELUDE + """
+import json, os
+from pathlib import Path
+from accelerate import notebook_launcher
+from {{ cookiecutter.project_slug }} import training
+from {{ cookiecutter.project_slug }}.cli import parse
+
+processes, port, record, hosts, *argv = sys.argv[1:]
+config, rates, original = parse(argv), [], training.train_step
+if os.environ.get("TEST_ONLY_MAIN_SEES_NO_HUB"):
+    # Each process would answer differently: only the main process finds the hub out of reach.
+    training.wants_demo = lambda config: os.environ.get("RANK", "0") == "0"
+
+def recording(accelerator, model, optimizer, scheduler, batch):
+    rates.append(optimizer.param_groups[0]["lr"])
+    return original(accelerator, model, optimizer, scheduler, batch)
+
+def run(model, config):
+    rank = int(os.environ.get("RANK", "0"))
+    if hosts:
+        os.chdir(json.loads(hosts)[rank])
+    try:
+        training.training_function(model, config)
+    finally:
+        Path(record, f"process-{rank}.json").write_text(json.dumps(rates))
+
+training.train_step = recording
+notebook_launcher(run, (None, config), num_processes=int(processes), use_port=port)
+"""
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def train_in_workers(folder, processes: int, *args, hosts=None, check=True):
+    """Train in `processes` forked gloo workers; return (report or None, process, learning rates per process).
+
+    Without `hosts`, output_dir is folder/outputs, shared by every worker. With `hosts` (one folder per
+    process), output_dir is the relative "outputs": each worker has its own, like hosts with local disks.
+    """
+    record = folder / "learning-rates"
+    record.mkdir(parents=True, exist_ok=True)
+    output = "outputs" if hosts else str(folder / "outputs")
+    places = json.dumps([str(host) for host in hosts]) if hosts else ""
+    command = python_code(WORKERS, str(processes), str(free_port()), str(record), places, "--output_dir", output, *args)
+    result = run(command, env=child_env(xla=False), check=check)
+    report_file = (Path(hosts[0]) if hosts else folder) / "outputs" / "report.json"
+    report = json.loads(report_file.read_text()) if report_file.exists() else None
+    rates = {int(path.stem.split("-")[1]): json.loads(path.read_text()) for path in record.glob("process-*.json")}
+    return report, result, rates
+
+
+@pytest.fixture(scope="session")
+def local_model(tmp_path_factory) -> Path:
+    """A model folder as `save_pretrained` writes it (the demo's tiny BERT and tokenizer): no hub needed."""
+    from {{ cookiecutter.project_slug }}.config import TrainConfig
+    from {{ cookiecutter.project_slug }}.data import load_tokenizer
+    from {{ cookiecutter.project_slug }}.modeling import build_model
+
+    folder = tmp_path_factory.mktemp("local-model")
+    config = TrainConfig(demo=True)
+    tokenizer = load_tokenizer(config, demo=True)
+    build_model(config, demo=True, vocab_size=len(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

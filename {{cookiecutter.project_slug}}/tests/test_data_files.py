@@ -7,11 +7,12 @@ import json
 import re
 
 import pytest
-from conftest import child_env, python_code, python_command, run
+from conftest import child_env, python_command, run
 
 from {{ cookiecutter.project_slug }}.data import DEMO_FILES, DataProblem, check_file
 
 COLUMNS = ["text"]
+BAKED_MODEL = {{ cookiecutter.model_name_or_path | tojson }}
 GOOD_ROWS = [("a fine film", 1), ("a dull film", 0), ("great acting", 1)]
 
 
@@ -48,6 +49,15 @@ BAD_FILES = {
     "csv-stray-comma": ("comma.csv", "text,label\nfine,1\nhello, world,0\n", "{path} line 3: 3 field(s) where the header has 2"),
     "jsonl-broken": ("broken.jsonl", '{"text": "a", "label": 0}\n{"text": "b", "label": \n', "{path} line 2: not valid JSON"),
     "jsonl-not-object": ("list.jsonl", '["a", 0]\n', "{path} line 1: expected a JSON object per line"),
+    "label-one-and-a-half": ("frac.jsonl", '{"text": "a", "label": 1.5}\n', "{path} line 1: label 1.5 is not a whole"),
+    # What datasets' CSV reader turns into a missing value: accepted as written, refused as loaded.
+    "text-NA": ("na.csv", "text,label\nfine,1\nNA,0\n", "{path} line 3: column 'text' has no text to train on: a missing value"),
+    "text-null": ("null.csv", "text,label\nfine,1\nnull,0\n", "{path} line 3: column 'text' has no text to train on: a missing value"),
+    "text-None": ("none.csv", "text,label\nfine,1\nfair,1\nNone,0\n", "{path} line 4: column 'text' has no text to train on: a missing value"),
+    "text-empty": ("blank.csv", 'text,label\nfine,1\n"",0\n', "{path} line 3: column 'text' has no text to train on: a missing value"),
+    "text-white-space": ("space.csv", 'text,label\nfine,1\n"   ",0\n', "{path} line 3: column 'text' has no text to train on: only white space"),
+    "text-json-null": ("null.jsonl", '{"text": "a", "label": 0}\n\n{"text": null, "label": 1}\n',
+                       "{path} line 3: column 'text' has no text to train on: a missing value"),
     "not-utf8": ("latin1.csv", "text,label\ncaf\xe9,1\n".encode("latin-1"), "{path}: not UTF-8 text"),
     "wrong-type": ("data.parquet", "x", "{path}: unsupported file type '.parquet'"),
 }
@@ -101,30 +111,18 @@ def test_cli_refuses_bad_file_before_training(tmp_path):
     assert not (output / "checkpoints").exists() and not (output / "report.json").exists()
 
 
-SAVE_DEMO_MODEL = """
-import csv, sys
-from {{ cookiecutter.project_slug }}.config import TrainConfig
-from {{ cookiecutter.project_slug }}.data import DEMO_FILES, train_demo_tokenizer
-from {{ cookiecutter.project_slug }}.modeling import build_model
-
-with DEMO_FILES["train"].open(newline="", encoding="utf-8") as handle:
-    texts = [row["text"] for row in csv.DictReader(handle)]
-tokenizer = train_demo_tokenizer(texts)
-model = build_model(TrainConfig(max_seq_length=64), demo=True, vocab_size=len(tokenizer))
-model.save_pretrained(sys.argv[1])
-tokenizer.save_pretrained(sys.argv[1])
-"""
-
-
 @pytest.mark.xla
-def test_trains_from_saved_model_and_local_files(tmp_path):
+def demo_rows():
+    with DEMO_FILES["train"].open(newline="", encoding="utf-8") as handle:
+        return [(row["text"], int(row["label"])) for row in csv.DictReader(handle)]
+
+
+def test_trains_from_saved_model_and_local_files(tmp_path, local_model):
     """The real path, offline: from_pretrained on a save_pretrained folder, load_dataset on local files
     (a CSV train file and a JSON lines eval file)."""
-    model_dir = tmp_path / "saved-model"
-    run(python_code(SAVE_DEMO_MODEL, str(model_dir), xla=False), env=child_env(xla=False))
+    model_dir = local_model
     assert (model_dir / "config.json").is_file() and (model_dir / "tokenizer.json").is_file()
-    with DEMO_FILES["train"].open(newline="", encoding="utf-8") as handle:
-        rows = [(row["text"], int(row["label"])) for row in csv.DictReader(handle)]
+    rows = demo_rows()
     train = write_csv(tmp_path / "train.csv", rows[:64])
     evaluation = write_jsonl(tmp_path / "eval.jsonl", rows[64:101])  # 37 rows: a ragged last batch
     output = tmp_path / "outputs"
@@ -140,3 +138,30 @@ def test_trains_from_saved_model_and_local_files(tmp_path):
     assert report["eval_examples_counted"] == 37
     assert report["config"]["model_name_or_path"] == str(model_dir)
     assert re.fullmatch(r"xla:\w+", report["device"])
+
+
+def test_own_files_without_the_hub_or_a_local_model_end_in_one_line(tmp_path):
+    """HF_HUB_OFFLINE=1 (or no network) and a hub model id: one line naming the model and the fix."""
+    rows = demo_rows()
+    files = ["--train_file", str(write_csv(tmp_path / "t.csv", rows[:32])),
+             "--eval_file", str(write_csv(tmp_path / "e.csv", rows[32:48]))]
+    result = run(python_command("--output_dir", str(tmp_path / "outputs"), "--dataset", "files", *files, xla=False),
+                 env=child_env(xla=False), check=False)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert error.startswith(f"error: model_name_or_path={BAKED_MODEL!r} cannot be loaded (")
+    assert error.endswith("Pass --model_name_or_path with a folder written by save_pretrained, "
+                          "or --demo to train the demo model on your files")
+
+
+@pytest.mark.xla
+def test_demo_flag_with_own_files_trains_the_demo_model_on_the_files(tmp_path):
+    """--demo with --train_file: the files are trained on (never silently replaced by the shipped data)."""
+    rows = demo_rows()
+    train, evaluation = write_csv(tmp_path / "t.csv", rows[:64]), write_jsonl(tmp_path / "e.jsonl", rows[64:101])
+    output = tmp_path / "outputs"
+    run(python_command("--output_dir", str(output), "--demo", "--train_file", str(train), "--eval_file", str(evaluation),
+                       "--max_seq_length", "64", "--num_epochs", "1", "--mixed_precision", "no", "--checkpoint", "false"))
+    report = json.loads((output / "report.json").read_text())
+    assert (report["data"], report["train_examples"], report["eval_examples_counted"]) == ("files", 64, 37)

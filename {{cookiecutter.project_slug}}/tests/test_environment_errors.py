@@ -63,7 +63,9 @@ def test_torch_and_torch_xla_releases_must_match(monkeypatch, tmp_path, capsys):
         "torch 2.9.0 does not match torch_xla 2.8.0: "
         "install the pair together, e.g. `pip install torch==2.8.0 'torch_xla[tpu]==2.8.0'`"
     )
-    assert cli.main(["--output_dir", str(tmp_path / "outputs"), *ARGS]) == 2
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["--output_dir", str(tmp_path / "outputs"), *ARGS])
+    assert stopped.value.code == 2
     assert one_error_line(capsys.readouterr().err) == f"error: {refused.value}"
 
 
@@ -88,7 +90,9 @@ def test_tpu_vm_without_the_tpu_extra(monkeypatch, tmp_path, capsys):
     assert str(refused.value) == (
         "PJRT_DEVICE=TPU but libtpu is not installed (the [tpu] extra is missing): run `pip install -e '.[tpu]'`"
     )
-    assert cli.main(["--output_dir", str(tmp_path / "outputs"), *ARGS]) == 2
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["--output_dir", str(tmp_path / "outputs"), *ARGS])
+    assert stopped.value.code == 2
     assert one_error_line(capsys.readouterr().err) == f"error: {refused.value}"
 
 

@@ -9,12 +9,13 @@ import json
 import re
 import shlex
 import sys
+import time
 
 import pytest
 import yaml
 from accelerate.commands.config.config_args import load_config_from_file
 from accelerate.utils import DistributedType
-from conftest import PROJECT, QUICK, child_env, run
+from conftest import NO_XLA_PRELUDE, PROJECT, QUICK, child_env, run
 
 BAKED = {
     "mixed_precision": {{ cookiecutter.mixed_precision | tojson }},
@@ -89,18 +90,58 @@ def test_accelerate_launch_with_the_local_config_trains_the_demo_on_xla_cpu(tmp_
     assert report["precision"]["requested"] == level(config.mixed_precision, config.downcast_bf16)
 
 
+BAD_DATA = ["--dataset", "files", "--train_file", "/nonexistent.csv", "--eval_file", "/nonexistent.csv"]
+BAD_DATA_ERROR = "error: /nonexistent.csv: file not found"
+
+
+def launch(*args, env):
+    return run([sys.executable, "-m", "accelerate.commands.launch", *args], env=env, check=False)
+
+
+@pytest.mark.xla
+def test_a_failed_run_exits_non_zero_through_accelerate_launch_on_xla(tmp_path):
+    """Accelerate's XLA launcher calls main() itself and drops its return value: the failure must raise."""
+    result = launch("--config_file", "configs/xla-cpu.yaml", *ENTRY, "--output_dir", str(tmp_path), *BAD_DATA,
+                    env=child_env(PJRT_DEVICE="CPU"))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert [line for line in result.stderr.splitlines() if line.startswith("error: ")] == [BAD_DATA_ERROR]
+
+
+@pytest.mark.workers
+def test_a_failed_run_exits_non_zero_through_accelerate_launch_with_two_cpu_processes(tmp_path):
+    """torchrun starts two workers (MULTI_CPU, gloo); torch_xla is hidden in each by a sitecustomize."""
+    hide = tmp_path / "hide-torch-xla"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text(NO_XLA_PRELUDE + "\n")
+    env = child_env(xla=False, PYTHONPATH=str(hide))
+    command = ["--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+               "--dynamo_backend", "no", *ENTRY, "--output_dir", str(tmp_path / "outputs")]
+    result = launch(*command, *BAD_DATA, env=env)
+    assert result.returncode != 0
+    assert BAD_DATA_ERROR in result.stderr.splitlines(), result.stderr[-3000:]
+    assert "exitcode  : 2" in result.stderr  # torchrun's summary of the worker that failed
+    # The same launch trains when the data is fine: the failure above is the data's, not the launcher's.
+    trained = launch(*command, *QUICK, "--mixed_precision", "no", "--checkpoint", "false", env=env)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    report = json.loads((tmp_path / "outputs" / "report.json").read_text())
+    assert (report["distributed_type"], report["num_processes"]) == ("MULTI_CPU", 2)
+
+
 # ---- pod launch script --------------------------------------------------------------------
 
 
 def test_pod_dry_run_prints_the_gcloud_commands_for_all_workers():
-    result = pod_dry_run(*POD_ARGS, "--dry-run", "--", "--num_epochs", "2", "--dataset", "glue/sst2")
+    result = pod_dry_run(*POD_ARGS, "--workers", "2", "--dry-run", "--", "--num_epochs", "2", "--dataset", "glue/sst2")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     commands = [shlex.split(line) for line in lines]
-    assert [argv[:5] for argv in commands] == [["gcloud", "compute", "tpus", "tpu-vm", verb] for verb in ("ssh", "scp", "ssh", "ssh")]
-    for argv in commands:
-        assert argv[-5:] == ["--zone", "us-central2-b", "--project", "my-project", "--worker=all"]
-    mkdir, copy, install, train = commands
+    verbs = ("ssh", "scp", "ssh", "ssh", "ssh")
+    assert [argv[:5] for argv in commands] == [["gcloud", "compute", "tpus", "tpu-vm", verb] for verb in verbs]
+    workers = ["--worker=all"] * 3 + ["--worker=0", "--worker=1"]
+    for argv, worker in zip(commands, workers, strict=True):
+        assert argv[-5:] == ["--zone", "us-central2-b", "--project", "my-project", worker]
+    mkdir, copy, install, train, train_on_worker_1 = commands
+    assert remote_command(train_on_worker_1) == remote_command(train)
     assert remote_command(mkdir) == ["mkdir", "-p", "{{ cookiecutter.project_slug }}"]
     assert copy[5] == "--recurse" and copy[-6] == "my-pod:{{ cookiecutter.project_slug }}"
     needed = {"configs", "data", "pyproject.toml", "scripts", "{{ cookiecutter.project_slug }}"}
@@ -112,12 +153,55 @@ def test_pod_dry_run_prints_the_gcloud_commands_for_all_workers():
     ]
 
 
+FAKE_GCLOUD = """#!/usr/bin/env python3
+# Stands in for gcloud: a pod of three hosts where training fails on worker 1 and the others wait.
+import json, os, sys, time
+args = sys.argv[1:]
+with open(os.environ["FAKE_GCLOUD_LOG"], "a") as log:
+    log.write(json.dumps(args) + "\\n")
+if "describe" in args:
+    print(json.dumps({"networkEndpoints": [{"ipAddress": "10.0.0.%d" % i} for i in range(3)]}))
+    sys.exit(0)
+worker = next(arg for arg in args if arg.startswith("--worker=")).split("=")[1]
+if any("accelerate.commands.launch" in arg for arg in args):
+    if worker == os.environ["FAKE_FAILING_WORKER"]:
+        print("error: /data/train.csv: file not found", file=sys.stderr)
+        sys.exit(2)
+    print("training", flush=True)
+    time.sleep(120)  # a healthy host waits for the failed one in its next collective
+"""
+
+
+def test_pod_script_names_the_failed_host_stops_the_others_and_exits_with_its_status(tmp_path):
+    bin_dir, log = tmp_path / "bin", tmp_path / "gcloud.log"
+    bin_dir.mkdir()
+    (bin_dir / "gcloud").write_text(FAKE_GCLOUD)
+    (bin_dir / "gcloud").chmod(0o755)
+    env = {**child_env(), "PATH": f"{bin_dir}:{child_env()['PATH']}", "FAKE_GCLOUD_LOG": str(log), "FAKE_FAILING_WORKER": "1"}
+    started = time.monotonic()
+    result = run([sys.executable, str(PROJECT / "scripts" / "launch_pod.py"), *POD_ARGS, "--no-install"],
+                 env=env, timeout=100, check=False)
+    assert result.returncode == 2, result.stderr
+    assert time.monotonic() - started < 60, "the healthy hosts were left running"
+    assert "[worker 1] error: /data/train.csv: file not found" in result.stderr.splitlines()
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: training failed on worker 1 of 3 (exit code 2); stopped worker(s) 0, 2; "
+        "its output is above, prefixed [worker 1]"
+    )
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [call[3] for call in calls] == ["ssh", "scp", "describe", "ssh", "ssh", "ssh"]
+    assert sorted(call[-1] for call in calls[3:]) == ["--worker=0", "--worker=1", "--worker=2"]
+
+
 def test_pod_script_reads_the_tpu_from_the_environment():
     from_arguments = pod_dry_run(*POD_ARGS, "--dry-run", "--no-install")
     from_environment = pod_dry_run("--dry-run", "--no-install", **POD_VARIABLES)
     assert from_environment.returncode == 0, from_environment.stderr
     assert from_environment.stdout == from_arguments.stdout
-    assert len(from_environment.stdout.strip().splitlines()) == 3  # no install step
+    # mkdir, copy, then (no install step) the describe that counts the hosts and the per-host train command
+    mkdir, copy, count, train = [shlex.split(line) for line in from_environment.stdout.strip().splitlines()]
+    assert count[4:6] == ["describe", "my-pod"] and count[-1] == "--format=json"
+    assert train[-1] == "--worker=<each worker>"
 
 
 @pytest.mark.parametrize("given", [[], ["--tpu-name", "my-pod"], ["--zone", "z", "--project", "p"]])

@@ -7,12 +7,11 @@ run as the other tests) and reads the report the main process wrote.
 
 import json
 import re
-import socket
 from dataclasses import asdict
 
 import nbformat
 import pytest
-from conftest import NO_XLA_PRELUDE, PROJECT, QUICK, child_env
+from conftest import NO_XLA_PRELUDE, PROJECT, QUICK, child_env, free_port
 from ipykernel.kernelspec import write_kernel_spec
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
@@ -34,12 +33,6 @@ def kernel_specs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("kernels")
     write_kernel_spec(folder / KERNEL)
     return KernelSpecManager(kernel_dirs=[str(folder)])
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def quick_overrides(output_dir, **extra) -> dict:
@@ -121,4 +114,26 @@ def test_guard_stops_a_notebook_that_used_the_device(kernel_specs, tmp_path):
     assert re.search(r"\[\d+\] accelerator = Accelerator\(\)", message)  # names the cell to move
     assert "restart the runtime" in message
     assert "num_processes=2 outside a Colab/Kaggle TPU runtime" in message
+    assert not (output_dir / "report.json").exists()
+
+
+@pytest.mark.parametrize(
+    "processes",
+    [pytest.param(1, marks=pytest.mark.xla, id="xla-in-the-notebooks-process"),
+     pytest.param(2, marks=pytest.mark.workers, id="two-forked-cpu-workers")],
+)
+def test_a_failed_run_raises_in_the_launch_cell(kernel_specs, tmp_path, local_model, processes):
+    """A bad data file: the launch cell raises (and so does nbclient, papermill or a CI job running it)."""
+    output_dir = tmp_path / "outputs"
+    overrides = quick_overrides(
+        output_dir, num_processes=processes, demo=False, model_name_or_path=str(local_model), dataset="files",
+        train_file="/nonexistent.csv", eval_file="/nonexistent.csv",
+    )
+    xla = processes == 1
+    extra = {"extra_cells": [NO_XLA_PRELUDE], "before": "install-why"} if not xla else {}
+    with pytest.raises(CellExecutionError) as raised:
+        execute(kernel_specs, child_env(xla=xla), overrides, **extra)
+    message = str(raised.value)
+    assert "notebook_launcher(training_function" in message  # the launch cell, not an earlier one
+    assert "DataProblem" in message and "/nonexistent.csv: file not found" in message
     assert not (output_dir / "report.json").exists()

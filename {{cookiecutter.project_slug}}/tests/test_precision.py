@@ -39,9 +39,30 @@ def test_report_and_learning_per_level(demo_report, level):
         "effective": level,
         "via": {"fp32": "none", "bf16": "XLA_USE_BF16", "bf16+downcast": "XLA_DOWNCAST_BF16"}[level],
         "verified": f"f32->{promised[0]}, f64->{promised[1]} in graph",
+        # What a TPU gets: Accelerate does not autocast there, and the project makes XLA:CPU do the same.
+        "autocast": False,
     }
     assert math.isfinite(report["eval_loss"])
     assert abs(report["eval_accuracy"] - demo_report("fp32")[0]["eval_accuracy"]) <= 0.05
+
+
+ACCELERATE_AUTOCAST = """
+import json
+from accelerate import Accelerator
+from {{ cookiecutter.project_slug }} import precision
+accelerator = Accelerator(mixed_precision="bf16")
+print(json.dumps([str(accelerator.device), accelerator.native_amp, precision.decide_autocast(accelerator)]))
+"""
+
+
+@pytest.mark.xla
+def test_the_project_not_accelerates_device_check_decides_autocast_on_xla():
+    """Left to Accelerate, bf16 on XLA:CPU autocasts (a TPU does not): the CPU run would test other graphs."""
+    result = run(python_code(ACCELERATE_AUTOCAST))
+    device, accelerate_would, project_does = json.loads(result.stdout.strip().splitlines()[-1])
+    assert device.startswith("xla")
+    assert accelerate_would is True
+    assert project_does is False
 
 
 @pytest.mark.xla

@@ -215,3 +215,17 @@ def test_unwritable_output_dir_fails_before_training(tmp_path):
     assert errors == [f"error: output_dir='{blocker / 'outputs'}' is not writable: Not a directory"]
     assert "epoch 1/" not in result.stderr + result.stdout
     assert blocker.read_text() == "not a folder"
+
+
+@pytest.mark.xla
+@pytest.mark.parametrize("where", ["under-a-file", "a-folder"])
+def test_unwritable_report_path_fails_before_training(tmp_path, where):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    report = {"under-a-file": blocker / "report.json", "a-folder": tmp_path}[where]
+    reason = {"under-a-file": f"{blocker} is a file, not a folder", "a-folder": "Is a directory"}[where]
+    result = run(python_command("--output_dir", str(tmp_path / "outputs"), "--report", str(report), *RUN), check=False)
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: report='{report}' is not writable: {reason}"]
+    assert "epoch 1/" not in result.stderr + result.stdout

@@ -11,7 +11,7 @@ import shutil
 import time
 from pathlib import Path
 
-from .runtime import barrier
+from .runtime import barrier, gather_objects, main_process_decides, where_am_i
 
 LATEST = "LATEST"
 PROGRESS = "progress.json"
@@ -23,6 +23,15 @@ PAUSE_IN_SAVE = "CHECKPOINT_TEST_PAUSE_IN_SAVE"
 
 class CheckpointProblem(RuntimeError):
     """A checkpoint could not be written or read; the message says where and why."""
+
+    # True when every process raises the same problem together, so the command line prints it once.
+    every_process = False
+
+
+class CheckpointNotShared(CheckpointProblem):
+    """A checkpoint folder that the main process sees is missing on another host."""
+
+    every_process = True
 
 
 def checkpoint_root(output_dir) -> Path:
@@ -36,6 +45,37 @@ def latest_checkpoint(output_dir) -> Path | None:
         return None
     folder = root / pointer.read_text().strip()
     return folder if (folder / PROGRESS).is_file() else None
+
+
+def check_seen_everywhere(accelerator, folder: Path, what: str, holding: str | None = None) -> None:
+    """Stop every process, with one message, when some host cannot see `folder`.
+
+    Only the main process writes a checkpoint's model files and commits `LATEST`; a host whose
+    output_dir is its own local disk would silently start from scratch, or fail alone at a
+    save while the others wait for it.
+    """
+    seen = (folder / holding).is_file() if holding else folder.is_dir()
+    absent = [place for place in gather_objects(accelerator, None if seen else where_am_i(accelerator)) if place]
+    if absent:
+        raise CheckpointNotShared(
+            f"{what} {folder} is not visible on {', '.join(absent)}: put output_dir on storage that every host "
+            "sees (a gcsfuse mount of a bucket, or NFS), the same path on each"
+        )
+
+
+def agreed_checkpoint(accelerator, output_dir) -> Path | None:
+    """The checkpoint every process resumes from: chosen by the main process, checked on every host."""
+    name = main_process_decides(accelerator, lambda: _name_or_none(latest_checkpoint(output_dir)))
+    if name is None:
+        return None
+    folder = checkpoint_root(output_dir) / name
+    check_seen_everywhere(accelerator, folder, "resume: the checkpoint", holding=PROGRESS)
+    return folder
+
+
+def _name_or_none(folder: Path | None) -> str | None:
+    # A name, not a path: each process finds it under its own output_dir (the same storage, if shared).
+    return None if folder is None else folder.name
 
 
 def read_progress(folder: Path) -> dict:
@@ -61,6 +101,8 @@ def save_checkpoint(accelerator, output_dir, epoch: int, progress: dict) -> Path
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir(parents=True)
         barrier(accelerator)
+        # Every process writes its own random states into the folder the main process made.
+        check_seen_everywhere(accelerator, staging, "the checkpoint folder")
         # Pickled weights, not safetensors: safetensors' loader reads storage pointers, which
         # XLA tensors do not have, so `load_state` of a model.safetensors fails on XLA.
         accelerator.save_state(str(staging), safe_serialization=False)
@@ -72,6 +114,10 @@ def save_checkpoint(accelerator, output_dir, epoch: int, progress: dict) -> Path
             os.replace(staging, final)
             _write_atomically(root / LATEST, name)
             _prune(root, keep={name})
+    except CheckpointNotShared:
+        if accelerator.is_main_process:
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
     except (OSError, RuntimeError) as error:
         # torch.save reports a full disk as a RuntimeError from its zip writer ("unexpected pos"),
         # so the free space is measured and named, before the staged files are removed.
@@ -106,13 +152,23 @@ def _prune(root: Path, keep: set) -> None:
         shutil.rmtree(leftover, ignore_errors=True)
 
 
-def check_writable(output_dir) -> None:
-    """Fail before training, not after the first epoch, when the output folder is unusable."""
-    folder = Path(output_dir)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / ".write-test"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as error:
-        raise CheckpointProblem(f"output_dir={str(folder)!r} is not writable: {error.strerror or error}") from error
+def check_writable(output_dir, report_path=None) -> None:
+    """Fail before training, not after the first epoch, when an output location is unusable.
+
+    output_dir holds the checkpoints and the compilation cache; the report may be written elsewhere.
+    """
+    places = [("output_dir", Path(output_dir), Path(output_dir))]
+    if report_path is not None:
+        places.append(("report", Path(report_path), Path(report_path).parent))
+    for field, named, folder in places:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            probe = folder / ".write-test"
+            probe.write_text("ok")
+            probe.unlink()
+            if named != folder and named.is_dir():
+                raise IsADirectoryError(21, "Is a directory")
+        except OSError as error:
+            # mkdir(exist_ok=True) on a file answers "File exists": say which file is in the way.
+            reason = f"{folder} is a file, not a folder" if isinstance(error, FileExistsError) else error.strerror
+            raise CheckpointProblem(f"{field}={str(named)!r} is not writable: {reason or error}") from error

@@ -21,18 +21,26 @@ def parse(argv=None) -> TrainConfig:
 
 
 def main(argv=None) -> int:
+    """Train; a known problem ends the process with status 2 by raising SystemExit.
+
+    Raised, not returned: `accelerate launch` calls `main` itself on XLA (through PrepareForLaunch
+    and xmp.spawn) and drops its return value, so a returned 2 would reach the shell as 0.
+    """
     config = parse(argv)
     from .checkpointing import CheckpointProblem
     from .data import DataProblem
+    from .modeling import ModelUnavailable
     from .precision import PrecisionUnavailable
-    from .runtime import EnvironmentProblem
+    from .runtime import EnvironmentProblem, is_main_process
     from .training import training_function
 
     try:
         training_function(config=config)
-    except (ConfigError, DataProblem, CheckpointProblem, EnvironmentProblem, PrecisionUnavailable) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (ConfigError, DataProblem, CheckpointProblem, EnvironmentProblem, ModelUnavailable, PrecisionUnavailable) as error:
+        # A problem that every process raised together is said once, by the main process.
+        if not getattr(error, "every_process", False) or is_main_process():
+            print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     return 0
 
 

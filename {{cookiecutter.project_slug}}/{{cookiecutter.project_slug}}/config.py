@@ -15,11 +15,22 @@ DEFAULT_DATASET = "glue/mrpc"
 DEMO_LEARNING_RATE = 1e-3
 
 
+def switch(default: bool | None, help: str):
+    """A boolean option: `--name` alone means true, `--name true|false` works too (as on Accelerate's launcher).
+
+    HfArgumentParser does that by itself for `bool` fields, not for `bool | None` ones (None: decided at
+    run time), which would otherwise demand a value.
+    """
+    metadata = {"help": f"{help} true or false; the flag alone means true."}
+    if default is None:
+        metadata.update(nargs="?", const=True)
+    return field(default=default, metadata=metadata)
+
+
 @dataclass
 class TrainConfig:
-    demo: bool | None = field(
-        default=None,
-        metadata={"help": "Train the offline demo (tiny BERT, shipped data). Default: only when the hub cannot be reached."},
+    demo: bool | None = switch(
+        None, "Train the offline demo (tiny BERT, shipped data). Default: only when the hub cannot be reached."
     )
     model_name_or_path: str = field(default=DEFAULT_MODEL, metadata={"help": "Hub id or local folder of the model."})
     dataset: str = field(
@@ -50,18 +61,16 @@ class TrainConfig:
         default=None,
         metadata={"help": "bf16 or no. Default: accelerate launch's setting, else {{ cookiecutter.mixed_precision }}."},
     )
-    downcast_bf16: bool | None = field(
-        default=None,
-        metadata={
-            "help": "With bf16: float becomes bf16 but double becomes float32 (XLA_DOWNCAST_BF16). "
-            "Default: accelerate launch's setting, else {{ 'yes' if cookiecutter.downcast_bf16 else 'no' }}."
-        },
+    downcast_bf16: bool | None = switch(
+        None,
+        "With bf16: float becomes bf16 but double becomes float32 (XLA_DOWNCAST_BF16). "
+        "Default: accelerate launch's setting, else {{ 'yes' if cookiecutter.downcast_bf16 else 'no' }}.",
     )
     output_dir: str = field(default="outputs", metadata={"help": "Checkpoints, compilation cache and report."})
     report: str | None = field(default=None, metadata={"help": "Report JSON path (default: OUTPUT_DIR/report.json)."})
-    resume: bool = field(default=False, metadata={"help": "Continue from the last complete checkpoint."})
-    checkpoint: bool = field(default=True, metadata={"help": "Save a checkpoint after every epoch."})
-    compilation_cache: bool = field(default=True, metadata={"help": "Use PyTorch/XLA's persistent compilation cache."})
+    resume: bool = switch(False, "Continue from the last complete checkpoint.")
+    checkpoint: bool = switch(True, "Save a checkpoint after every epoch.")
+    compilation_cache: bool = switch(True, "Use PyTorch/XLA's persistent compilation cache.")
     max_train_examples: int | None = field(default=None, metadata={"help": "Use only this many training examples."})
 
     @property

@@ -106,10 +106,36 @@ def _rows(path: Path):
 
 def check_file(path, columns: list[str], label_column: str, num_labels: int) -> int:
     """Refuse a file that cannot be trained on; return its number of examples."""
+    return len(read_checked(path, columns, label_column, num_labels))
+
+
+def read_checked(path, columns: list[str], label_column: str, num_labels: int) -> datasets.Dataset:
+    """The file as `datasets` loads it, refused with its name, line and problem if it cannot be trained on.
+
+    Two passes: the rows as written (structure, labels, line numbers), then the loaded columns, because
+    `datasets`' CSV reader turns `NA`, `null`, `None` or an empty cell into a missing value, which would
+    pass a check of the text as written and then fail inside the tokenizer.
+    """
     path = Path(path)
+    lines = _checked_lines(path, columns, label_column, num_labels)
+    loaded = datasets.load_dataset(_format(path), data_files=str(path), split="train")
+    for column in columns:
+        for index, value in enumerate(loaded[column]):
+            if isinstance(value, str) and value.strip():
+                continue
+            if value is None:
+                found = "a missing value (the loader reads NA, null, None, NaN and empty cells as missing)"
+            else:
+                found = "only white space" if isinstance(value, str) else f"{value!r}, not text"
+            raise DataProblem(f"{path} line {lines[index]}: column {column!r} has no text to train on: {found}")
+    return loaded
+
+
+def _checked_lines(path: Path, columns: list[str], label_column: str, num_labels: int) -> list[int]:
+    """The line where each example starts, after checking its columns and label as written."""
     if not path.is_file():
         raise DataProblem(f"{path}: file not found")
-    count = 0
+    lines = []
     try:
         for line, row in _rows(path):
             missing = [name for name in [*columns, label_column] if name not in row]
@@ -126,34 +152,36 @@ def check_file(path, columns: list[str], label_column: str, num_labels: int) -> 
                 raise DataProblem(
                     f"{path} line {line}: label {label!r} is not a whole number in 0..{num_labels - 1} (num_labels={num_labels})"
                 )
-            count += 1
+            lines.append(line)
     except UnicodeDecodeError:
         raise DataProblem(f"{path}: not UTF-8 text") from None
-    if count == 0:
+    if not lines:
         raise DataProblem(f"{path}: no examples (empty file or header only)")
-    return count
+    return lines
 
 
 def _load_files(files: dict, config: TrainConfig, text_column: str, source: str) -> TextData:
     columns = [text_column] + ([config.text_pair_column] if config.text_pair_column else [])
-    for path in files.values():
-        check_file(path, columns, config.label_column, config.num_labels)
     # One load per file, so that a CSV train file can go with a JSON lines eval file.
     loaded = {
-        split: datasets.load_dataset(_format(Path(path)), data_files=str(path), split="train")
-        for split, path in files.items()
+        split: read_checked(path, columns, config.label_column, config.num_labels) for split, path in files.items()
     }
     return TextData(loaded["train"], loaded["eval"], text_column, config.text_pair_column, config.label_column, source)
 
 
+def uses_files(config: TrainConfig) -> bool:
+    return bool(config.train_file or config.eval_file or config.dataset == "files")
+
+
 def load_text_data(config: TrainConfig, demo: bool) -> TextData:
-    if demo:
-        return _load_files(DEMO_FILES, config, config.text_column or "text", "demo")
-    if config.train_file or config.dataset == "files":
+    # The user's own files win over the shipped demo data: --demo with --train_file trains the demo model on them.
+    if uses_files(config):
         if not (config.train_file and config.eval_file):
             raise DataProblem("train_file and eval_file: give both local files (CSV or JSON lines)")
         files = {"train": config.train_file, "eval": config.eval_file}
         return _load_files(files, config, config.text_column or "text", "files")
+    if demo:
+        return _load_files(DEMO_FILES, config, config.text_column or "text", "demo")
     name, _, subset = config.dataset.partition("/")
     loaded = datasets.load_dataset(name, subset or None)
     eval_split = "validation" if "validation" in loaded else "test"
@@ -200,9 +228,15 @@ def train_demo_tokenizer(texts):
 
 def load_tokenizer(config: TrainConfig, demo: bool):
     if demo:
-        with DEMO_FILES["train"].open(newline="", encoding="utf-8") as handle:
-            texts = [row[config.text_column or "text"] for row in csv.DictReader(handle)]
+        # Built from the training texts it will read: the shipped demo's, or the user's own file.
+        path = Path(config.train_file) if uses_files(config) and config.train_file else DEMO_FILES["train"]
+        if not path.is_file():
+            raise DataProblem(f"{path}: file not found")
+        column = config.text_column or "text"
+        texts = [row[column] for _, row in _rows(path) if isinstance(row.get(column), str)]
         return train_demo_tokenizer(texts)
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(config.model_name_or_path)
+    from .modeling import from_hub_or_folder
+
+    return from_hub_or_folder(AutoTokenizer.from_pretrained, config.model_name_or_path)

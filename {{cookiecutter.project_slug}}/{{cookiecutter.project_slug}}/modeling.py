@@ -22,6 +22,23 @@ def use_graph_friendly_attention(model):
     return model
 
 
+class ModelUnavailable(RuntimeError):
+    """The model (or its tokenizer) can be read neither from a local folder nor from the hub."""
+
+
+def from_hub_or_folder(load, name: str):
+    """`load(name)`, with the usual offline failure said in one line that names the model and the fix."""
+    try:
+        return load(name)
+    except OSError as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ModelUnavailable(
+            f"model_name_or_path={name!r} cannot be loaded ({reason[:160]}): it is not a local folder and the hub "
+            "is out of reach (HF_HUB_OFFLINE=1 or no network). Pass --model_name_or_path with a folder written by "
+            "save_pretrained, or --demo to train the demo model on your files"
+        ) from None
+
+
 def build_model(config: TrainConfig, demo: bool, vocab_size: int | None = None):
     torch.manual_seed(config.seed)
     if demo:
@@ -32,6 +49,9 @@ def build_model(config: TrainConfig, demo: bool, vocab_size: int | None = None):
             attn_implementation=ATTENTION, **DEMO_SHAPE,
         )
         return BertForSequenceClassification(bert)
-    return AutoModelForSequenceClassification.from_pretrained(
-        config.model_name_or_path, num_labels=config.num_labels, attn_implementation=ATTENTION
+    return from_hub_or_folder(
+        lambda name: AutoModelForSequenceClassification.from_pretrained(
+            name, num_labels=config.num_labels, attn_implementation=ATTENTION
+        ),
+        config.model_name_or_path,
     )

@@ -48,6 +48,8 @@ class PrecisionReport:
     effective: str
     via: str
     verified: str
+    # Whether the prepared model's forward runs under torch.autocast (read from the model after prepare).
+    autocast: bool | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -118,6 +120,24 @@ def lowered_types(device) -> tuple[str, str]:
 
 def describe(types: tuple[str, str]) -> str:
     return f"f32->{types[0]}, f64->{types[1]} in graph"
+
+
+def decide_autocast(accelerator) -> bool:
+    """Whether forward passes run under torch.autocast: the project decides, not Accelerate's device check.
+
+    Accelerate 1.15 sets `native_amp` for bf16 on an XLA device that is not a TPU (XLA:CPU) and wraps
+    `model.forward` in torch.autocast, but not on a TPU (`is_bf16_available(ignore_tpu=True)`). The graphs
+    tested on XLA:CPU would then not be the ones a TPU runs. On every XLA device bf16 comes from the XLA
+    variables (or a model cast) instead, so autocast is turned off here, at this one spot.
+    """
+    if uses_xla(accelerator.device):
+        accelerator.native_amp = False
+    return accelerator.native_amp
+
+
+def forward_autocast(accelerator, model) -> bool:
+    """Read from the prepared model: Accelerate keeps the unwrapped forward in `_original_forward`."""
+    return hasattr(accelerator.unwrap_model(model), "_original_forward")
 
 
 def realise(level: str, device, native_amp: bool) -> PrecisionReport:

@@ -181,6 +181,67 @@ def main_process_first(accelerator):
         yield
 
 
+def gather_objects(accelerator, value) -> list:
+    """Every process's `value` (a small picklable host object), in process order, on every process.
+
+    For decisions and checks made once per run, never inside the step loop.
+    """
+    if accelerator.num_processes == 1:
+        return [value]
+    if accelerator.distributed_type.value == "XLA":
+        # accelerate.utils.gather_object raises NotImplementedError on XLA (Accelerate 1.15). torch_xla's
+        # mesh_reduce is its all-gather of host objects; it runs XLA collectives (graphs), hence not per step.
+        import torch_xla.core.xla_model as xm
+
+        return xm.mesh_reduce("gather_objects", value, list)
+    from accelerate.utils import gather_object
+
+    return gather_object([value])
+
+
+def main_process_decides(accelerator, decide):
+    """Run `decide()` on the main process only and hand its answer to every process.
+
+    Whatever depends on the outside world (is the hub reachable, which checkpoint is the newest)
+    is decided once: probed in every process, the answers can differ and the processes would
+    train different models or resume from different epochs.
+    """
+    answer = [decide() if accelerator.is_main_process else None]
+    if accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        broadcast_object_list(answer, from_process=0)
+    return answer[0]
+
+
+def is_main_process() -> bool:
+    """The main process of the run, also where no Accelerator exists (yet, or any more)."""
+    if "accelerate" in sys.modules:
+        from accelerate.state import PartialState
+
+        if PartialState._shared_state:
+            return PartialState().is_main_process
+    return os.environ.get("RANK", "0") == "0"
+
+
+def where_am_i(accelerator) -> str:
+    """'host NAME (process I)', as messages that name a process say it."""
+    import socket
+
+    return f"host {socket.gethostname()} (process {accelerator.process_index})"
+
+
+def quiet_unless_main(accelerator) -> None:
+    """Progress bars and library warnings once per run: only the main process shows them."""
+    if accelerator.is_main_process:
+        return
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.utils.logging.set_verbosity_error()
+
+
 def sum_over_processes(accelerator, tensor):
     """Sum across processes; a no-op (and no extra graph) for one process."""
     if accelerator.num_processes == 1:

@@ -22,7 +22,7 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
     """Train and evaluate; return the report. Builds the model only when none is passed in."""
     config = config or TrainConfig()
     runtime.check_stack()
-    checkpointing.check_writable(config.output_dir)
+    checkpointing.check_writable(config.output_dir, config.report_path)
     level = precision.requested_level(config)
     # Both must happen before the first tensor reaches an XLA device in this process.
     cache_dir = runtime.init_compilation_cache(f"{config.output_dir}/xla-cache") if config.compilation_cache else None
@@ -37,8 +37,10 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
         cpu=not runtime.xla_installed() and not torch.cuda.is_available(),
     )
     set_seed(config.seed)
+    runtime.quiet_unless_main(accelerator)
+    autocast = precision.decide_autocast(accelerator)
     with runtime.counting_compilations() as compiled:
-        precision_report = precision.realise(level, accelerator.device, accelerator.native_amp)
+        precision_report = precision.realise(level, accelerator.device, autocast)
         report = _train(accelerator, model, config, precision_report)
     report.update(
         xla_compilations=compiled["compilations"],
@@ -71,7 +73,7 @@ def load_examples(config: TrainConfig, demo: bool):
 
 
 def _train(accelerator, model, config: TrainConfig, precision_report) -> dict:
-    demo = wants_demo(config)
+    demo = runtime.main_process_decides(accelerator, lambda: wants_demo(config))
     with runtime.main_process_first(accelerator):
         data, tokenizer, train_examples, eval_examples = load_examples(config, demo)
     if model is None:
@@ -98,12 +100,19 @@ def _train(accelerator, model, config: TrainConfig, precision_report) -> dict:
             f"train_batch_size={config.train_batch_size}: larger than the {len(train_examples)} training examples "
             f"shared by {accelerator.num_processes} process(es); lower it"
         )
+    optimizer_steps = steps_per_epoch * config.num_epochs
+    # Sized in global batches, as Accelerate's examples do: its prepared scheduler steps the one it
+    # wraps num_processes times per optimizer step (split_batches=False), so a schedule sized in
+    # per-process steps would reach 0 after 1/num_processes of the run.
     # No warm-up from zero: a learning rate of exactly 0 or 1 is a different XLA graph.
-    scheduler = get_linear_schedule_with_warmup(optimizer, 0, steps_per_epoch * config.num_epochs)
+    scheduler = get_linear_schedule_with_warmup(optimizer, 0, optimizer_steps * accelerator.num_processes)
     loaders = (train_loader, eval_loader)
     model, optimizer, train_loader, eval_loader, scheduler = accelerator.prepare(
         model, optimizer, train_loader, eval_loader, scheduler
     )
+    if len(train_loader) != steps_per_epoch:
+        raise RuntimeError(f"Accelerate's loader gives {len(train_loader)} steps per epoch, the schedule expects {steps_per_epoch}")
+    precision_report.autocast = precision.forward_autocast(accelerator, model)
     for prepared, original in zip((train_loader, eval_loader), loaders, strict=True):
         if not hasattr(prepared, "dataset"):
             # Accelerate's XLA loader wrapper lacks `.dataset`, which its own save_state reads.
@@ -111,7 +120,7 @@ def _train(accelerator, model, config: TrainConfig, precision_report) -> dict:
 
     first_epoch = 0
     if config.resume:
-        found = checkpointing.latest_checkpoint(config.output_dir)
+        found = checkpointing.agreed_checkpoint(accelerator, config.output_dir)
         if found is None:
             _say(accelerator, f"resume: no complete checkpoint in {config.output_dir}; starting from scratch")
         else:
@@ -122,12 +131,16 @@ def _train(accelerator, model, config: TrainConfig, precision_report) -> dict:
     metric_dtype = precision.metric_dtype(precision_report)
     device = accelerator.device
     trained, seconds, evaluation, saved, compiled_by_epoch = 0, 0.0, {}, None, []
+    # This run's first and last optimizer steps (a resumed run starts where its checkpoint stopped).
+    learning_rate = {"optimizer_steps": optimizer_steps, "first_step": scheduler.get_last_lr()[0], "last_step": None}
     for epoch in range(first_epoch, config.num_epochs):
         # Through Accelerate's loader, not the sampler: on every pass it re-applies its own epoch
         # counter to the sampler, and that counter restarts at 0 in a resumed run.
         train_loader.set_epoch(epoch)
         started = time.perf_counter()
-        train_loss = _train_epoch(accelerator, model, optimizer, scheduler, train_loader, metric_dtype, epoch, config)
+        train_loss, learning_rate["last_step"] = _train_epoch(
+            accelerator, model, optimizer, scheduler, train_loader, metric_dtype, epoch, config
+        )
         seconds += time.perf_counter() - started
         trained += steps_per_epoch * config.train_batch_size * accelerator.num_processes
         evaluation = evaluate(accelerator, model, eval_loader, metric_dtype)
@@ -149,6 +162,8 @@ def _train(accelerator, model, config: TrainConfig, precision_report) -> dict:
         "process_compilations_after_each_epoch": compiled_by_epoch,
         "train_examples": len(train_examples),
         "examples_per_second": trained / seconds if seconds else None,
+        # Host-side floats: the scheduler lives on the host, reading it costs no device transfer.
+        "learning_rate": {**learning_rate, "after_training": scheduler.get_last_lr()[0]},
         **evaluation,
         "precision": precision_report.as_dict(),
         "data": data.source,
@@ -171,7 +186,8 @@ def train_step(accelerator, model, optimizer, scheduler, batch):
     return loss.detach()
 
 
-def _train_epoch(accelerator, model, optimizer, scheduler, loader, metric_dtype, epoch, config) -> float:
+def _train_epoch(accelerator, model, optimizer, scheduler, loader, metric_dtype, epoch, config) -> tuple[float, float]:
+    """(mean train loss, learning rate of the last optimizer step)."""
     model.train()
     device = accelerator.device
     loss_sum = runtime.device_zeros(1, metric_dtype, device)
@@ -180,7 +196,9 @@ def _train_epoch(accelerator, model, optimizer, scheduler, loader, metric_dtype,
     # shuffle's epoch counter before the real pass starts (another data order in every run).
     bar = tqdm(total=len(loader), desc=f"epoch {epoch + 1}/{config.num_epochs}", disable=not accelerator.is_main_process)
     steps = 0
+    learning_rate = None
     for batch in loader:
+        learning_rate = scheduler.get_last_lr()[0]
         loss_sum += train_step(accelerator, model, optimizer, scheduler, batch).to(metric_dtype)
         steps += 1
         runtime.sync(device)
@@ -188,7 +206,7 @@ def _train_epoch(accelerator, model, optimizer, scheduler, loader, metric_dtype,
     bar.close()
     # One transfer per epoch: reading the loss every step would stall the device.
     total = runtime.sum_over_processes(accelerator, loss_sum).item()
-    return total / max(steps * accelerator.num_processes, 1)
+    return total / max(steps * accelerator.num_processes, 1), learning_rate
 
 
 def evaluate(accelerator, model, loader, metric_dtype=torch.float32) -> dict:

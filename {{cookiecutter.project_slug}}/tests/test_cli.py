@@ -1,0 +1,45 @@
+"""The command line: every boolean option takes the bare flag and true/false, and --help says so."""
+
+import dataclasses
+import re
+
+import pytest
+from conftest import python_command, run
+
+from {{ cookiecutter.project_slug }}.cli import parse
+from {{ cookiecutter.project_slug }}.config import TrainConfig
+
+BOOLEAN_OPTIONS = [field.name for field in dataclasses.fields(TrainConfig) if field.type in (bool, bool | None)]
+
+
+def test_the_boolean_options_are_the_expected_ones():
+    assert sorted(BOOLEAN_OPTIONS) == ["checkpoint", "compilation_cache", "demo", "downcast_bf16", "resume"]
+
+
+@pytest.mark.parametrize("name", BOOLEAN_OPTIONS)
+@pytest.mark.parametrize(("given", "expected"), [([], True), (["true"], True), (["false"], False), (["yes"], True)])
+def test_boolean_option_takes_the_bare_flag_and_a_value(name, given, expected):
+    assert getattr(parse([f"--{name}", *given]), name) is expected
+
+
+@pytest.fixture(scope="module")
+def options_help():
+    """The options section of --help, white space folded."""
+    shown = " ".join(run(python_command("--help", xla=False), timeout=120).stdout.split())
+    return shown.split(" options: ", 1)[1]
+
+
+@pytest.mark.parametrize("name", BOOLEAN_OPTIONS)
+def test_help_says_how_each_boolean_option_is_written(options_help, name):
+    metavar, dashed = name.upper(), name.replace("_", "-")
+    # "--name [NAME], --name-with-dashes [NAME] its help" up to the next option
+    found = re.search(rf"--{name} \[{metavar}\](?:, --{dashed} \[{metavar}\])? (.+?)(?= --[a-z])", options_help)
+    assert found, options_help
+    described = found.group(1)
+    assert "true or false; the flag alone means true." in described
+
+
+def test_a_bad_boolean_value_is_named():
+    result = run(python_command("--demo", "maybe", xla=False), check=False, timeout=120)
+    assert result.returncode == 2
+    assert "argument --demo: Truthy value expected: got maybe" in result.stderr

@@ -1,0 +1,128 @@
+"""Several processes train as one run: one schedule, one decision, each eval example once, one voice.
+
+Every real TPU run has several processes (8 on a v5e-8, 8 per host on a pod). torch_xla 2.9 cannot
+run several processes on the CPU, so these run as gloo workers forked by notebook_launcher with
+torch_xla hidden: the same training function, the same Accelerate calls (prepared loaders,
+scheduler, reductions, broadcasts), on another backend.
+"""
+
+import re
+
+import pytest
+from conftest import QUICK, train_in_workers
+
+pytestmark = pytest.mark.workers
+
+EVAL_SET_SIZE = 120  # data/demo/eval.csv: not a multiple of 2 x 16 nor of 3 x 16
+DEMO_ACCURACY_BAR = 0.9  # the bar test_training.py sets for the one-process demo
+# QUICK with 2 epochs, in float32 (bf16 on a plain CPU is autocast, slow and beside the point here).
+RUN = [*QUICK, "--num_epochs", "2", "--mixed_precision", "no", "--checkpoint", "false"]
+NO_DEMO_FLAG = [arg for index, arg in enumerate(RUN) if "--demo" not in RUN[max(index - 1, 0):index + 1]]
+# The first line of each progress bar (tqdm prints 0% once when a bar starts) and each message.
+ONCE_PER_RUN = {
+    "tokenizing bars": r"Map:\s+0%",
+    "epoch bars": r"epoch \d/\d:\s+0%",
+    "epoch summaries": r"epoch \d/\d: train loss",
+    "report tables": r"eval_examples_counted\s+\d",
+    "demo decisions": r"The hub cannot be reached",
+}
+
+
+def counts(text: str) -> dict:
+    return {name: len(re.findall(pattern, text)) for name, pattern in ONCE_PER_RUN.items()}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The same quick run in 1, 2 and 3 processes, the demo chosen by the main process alone."""
+    found = {}
+
+    def get(processes):
+        if processes not in found:
+            folder = tmp_path_factory.mktemp(f"processes-{processes}")
+            found[processes] = train_in_workers(folder, processes, *NO_DEMO_FLAG)
+        return found[processes]
+
+    return get
+
+
+@pytest.mark.parametrize("processes", [1, 2, 3])
+def test_learning_rate_follows_one_linear_schedule_at_any_process_count(runs, processes):
+    report, _, rates = runs(processes)
+    steps = 96 // (16 * processes) * 2  # drop_last per process, 2 epochs
+    assert report["num_processes"] == processes
+    assert report["learning_rate"]["optimizer_steps"] == steps
+    assert sorted(rates) == list(range(processes))
+    initial = report["learning_rate"]["first_step"]
+    expected = [initial * (1 - step / steps) for step in range(steps)]
+    for process, used in rates.items():
+        assert used == pytest.approx(expected, rel=1e-9), f"process {process}"
+        assert min(used) > 0, f"process {process}: a learning rate of 0 before the last step"
+    assert report["learning_rate"]["last_step"] == pytest.approx(initial / steps)
+    assert report["learning_rate"]["after_training"] == 0.0
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+def test_eval_counts_each_example_once_across_processes(runs, processes):
+    report, _, _ = runs(processes)
+    assert report["eval_examples_counted"] == EVAL_SET_SIZE
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+def test_messages_and_progress_bars_appear_once_per_run(runs, processes):
+    _, alone, _ = runs(1)
+    _, together, _ = runs(processes)
+    expected = counts(alone.stdout + alone.stderr)
+    assert expected["demo decisions"] == 1 and expected["report tables"] == 1 and expected["epoch bars"] == 2
+    assert counts(together.stdout + together.stderr) == expected
+
+
+def test_the_main_process_decides_demo_or_hub_for_every_process(tmp_path, monkeypatch):
+    """Only the main process finds the hub out of reach: every process still trains the demo."""
+    monkeypatch.setenv("TEST_ONLY_MAIN_SEES_NO_HUB", "1")
+    report, result, rates = train_in_workers(tmp_path, 2, *NO_DEMO_FLAG)
+    assert report["data"] == "demo"
+    assert rates[0] == rates[1] and len(rates[1]) == report["learning_rate"]["optimizer_steps"]
+
+
+def test_two_processes_reach_the_one_process_accuracy_bar(tmp_path):
+    """The default demo (baked epochs and length) in 2 processes: half the steps, the same bar."""
+    report, _, _ = train_in_workers(tmp_path, 2, "--demo", "true", "--mixed_precision", "no", "--checkpoint", "false")
+    assert report["num_processes"] == 2
+    assert report["eval_examples_counted"] == EVAL_SET_SIZE
+    assert report["eval_accuracy"] >= DEMO_ACCURACY_BAR
+
+
+def hosts(tmp_path, count):
+    folders = [tmp_path / f"host-{index}" for index in range(count)]
+    for folder in folders:
+        folder.mkdir()
+    return folders
+
+
+def test_resume_stops_every_process_when_a_host_cannot_see_the_checkpoint(tmp_path):
+    first, second = hosts(tmp_path, 2)
+    quick = [*QUICK, "--mixed_precision", "no"]
+    train_in_workers(tmp_path / "one", 1, *quick, hosts=[first])
+    assert (first / "outputs" / "checkpoints" / "epoch-1" / "progress.json").is_file()
+
+    _, result, rates = train_in_workers(
+        tmp_path / "two", 2, *quick, "--num_epochs", "2", "--resume", "true", hosts=[first, second], check=False
+    )
+    assert result.returncode != 0
+    message = re.search(r"resume: the checkpoint (\S+) is not visible on host (\S+) \(process (\d)\): (.*)", result.stderr)
+    assert message, result.stderr[-3000:]
+    assert message.group(1) == "outputs/checkpoints/epoch-1" and message.group(3) == "1"
+    assert "storage that every host sees" in message.group(4)
+    assert rates == {0: [], 1: []}, "a process trained although the run could not resume everywhere"
+    assert not (second / "outputs" / "checkpoints" / "LATEST").exists()
+
+
+def test_a_save_that_another_host_cannot_see_stops_every_process(tmp_path):
+    first, second = hosts(tmp_path, 2)
+    _, result, rates = train_in_workers(tmp_path, 2, *QUICK, "--mixed_precision", "no", hosts=[first, second], check=False)
+    assert result.returncode != 0
+    assert re.search(r"the checkpoint folder \S+ is not visible on host \S+ \(process 1\)", result.stderr), result.stderr[-3000:]
+    assert not (first / "outputs" / "checkpoints" / "LATEST").exists()
+    assert not list((first / "outputs" / "checkpoints").glob(".epoch-*.partial"))
+    assert len(rates[0]) == len(rates[1]) == 96 // 32  # both trained the epoch, then both stopped
