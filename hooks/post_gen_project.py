@@ -51,6 +51,18 @@ def template_commit(repo_dir: str) -> str | None:
     return result.stdout.strip() or None
 
 
+def expanded(template: str) -> str:
+    """`gh:org/repo` (or a user's own abbreviation) as the URL cookiecutter cloned: cruft hands it to git as is.
+
+    Cookiecutter's own expansion and the user's config (~/.cookiecutterrc or $COOKIECUTTER_CONFIG);
+    cookiecutter is importable here because this hook runs in cookiecutter's own Python.
+    """
+    from cookiecutter.config import get_user_config
+    from cookiecutter.repository import expand_abbreviations
+
+    return expand_abbreviations(template, get_user_config().get("abbreviations", {}))
+
+
 def record_answers_for_cruft(answers, root: Path) -> None:
     """Write .cruft.json so that `cruft update` can later bring in a newer template."""
     template = answers.get("_template", "")
@@ -58,7 +70,7 @@ def record_answers_for_cruft(answers, root: Path) -> None:
     repo_dir = answers.get("_repo_dir") or template
     is_remote = ":" in template and not Path(template).exists()
     record = {
-        "template": template if is_remote else repo_dir,
+        "template": expanded(template) if is_remote else repo_dir,
         "commit": template_commit(repo_dir),
         "checkout": answers.get("_checkout"),
         "context": {"cookiecutter": answers},

@@ -43,10 +43,6 @@ def check_free_text(field, value):
         # Cc: C0/C1 controls (NEL is a newline to Python); Zl/Zp: U+2028/U+2029 line breaks.
         if char != "\t" and unicodedata.category(char) in ("Cc", "Zl", "Zp"):
             raise AnswerError(field, value, "one line of text without control characters")
-        if ord(char) > 0xFFFF:
-            raise AnswerError(
-                field, value, "characters outside the Basic Multilingual Plane (such as emoji) are not supported"
-            )
 
 
 def check_slug(value):

@@ -155,7 +155,7 @@ def snapshot(folder: Path) -> dict:
         ("learning_rate", "fast"),
         ("num_processes", "many"),
         ("project_name", "two\nlines"),
-        ("author", "emoji 😀"),
+        ("project_name", "a line\u2028separator"),
     ],
 )
 def test_bake_refuses_bad_answer_and_writes_nothing(tmp_path, capfd, field, value):
@@ -224,6 +224,20 @@ def test_awkward_free_text_stays_valid_and_verbatim(tmp_path):
         extra_context={**AWKWARD, "project_slug": SLUG},
     ))
     assert_valid_and_verbatim(project, SLUG, AWKWARD)
+
+
+def test_characters_beyond_the_basic_multilingual_plane_are_kept(tmp_path):
+    """Emoji in the free text: written as typed into Python, TOML, JSON and the notebook, each still valid.
+
+    Jinja's default `tojson` would write them as surrogate escapes (lone surrogates in Python, an error in
+    TOML); hooks/jinja_unicode.py makes it write the characters themselves.
+    """
+    answers = {"project_name": "Rocket 🚀 Classifier", "description": "Fast 🚀 fine-tuning, naïve 😀", "author": "Zoë 🦊"}
+    project = Path(cookiecutter(
+        str(TEMPLATE), no_input=True, output_dir=str(tmp_path / "out"), extra_context={**answers, "project_slug": SLUG},
+    ))
+    assert_valid_and_verbatim(project, SLUG, answers)
+    assert "\\ud83d" not in (project / "pyproject.toml").read_text() + (project / SLUG / "__init__.py").read_text()
 
 
 def test_shell_metacharacters_are_never_run(tmp_path):

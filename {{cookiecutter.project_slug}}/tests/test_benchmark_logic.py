@@ -1,4 +1,4 @@
-"""The benchmark suite's own logic: grid, profiles, element-type check, counters, isolation, reports.
+"""The benchmark suite's own logic: grid, profiles, element-type check, counters, isolation, reports, memory.
 
 Cheap on purpose: only two tests touch an XLA device, each in a child process for a few seconds.
 """
@@ -12,6 +12,7 @@ from itertools import product
 import pytest
 
 from benchmarks import graph_types, grid, isolation, profiles, reports
+from {{ cookiecutter.project_slug }} import memory
 from {{ cookiecutter.project_slug }}.batching import LAST_BATCH_POLICIES
 from {{ cookiecutter.project_slug }}.config import PADDING_MODES
 
@@ -236,3 +237,24 @@ def test_pytest_benchmark_compare_reads_two_saved_runs(tmp_path):
     )
     assert compared.returncode == 0, compared.stderr
     assert compared.stdout.count("test_sleepless") == 2
+
+
+HOLD_MEMORY = "import sys; data = b'x' * (64 * 2**20); print('ready', flush=True); sys.stdin.read()"
+
+
+def test_peak_sampler_sums_the_pss_of_a_process_and_its_children():
+    """psutil reads each process's Pss and walks the tree: a child holding 64 MiB of its own pages shows up."""
+    assert memory.available()
+    alone = memory.PeakSampler()
+    alone.sample()
+    child = subprocess.Popen([sys.executable, "-c", HOLD_MEMORY], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        assert child.pid in memory.process_tree(alone.pid)
+        with_child = memory.PeakSampler()
+        with_child.sample()
+    finally:
+        child.communicate("")
+    assert with_child.peak.processes == alone.peak.processes + 1
+    assert with_child.peak.pss_bytes - alone.peak.pss_bytes >= 64 * 2**20
+    assert memory.pss_bytes(child.pid) is None  # ended: read as gone, not an error

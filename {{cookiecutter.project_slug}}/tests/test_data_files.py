@@ -165,3 +165,36 @@ def test_demo_flag_with_own_files_trains_the_demo_model_on_the_files(tmp_path):
                        "--max_seq_length", "64", "--num_epochs", "1", "--mixed_precision", "no", "--checkpoint", "false"))
     report = json.loads((output / "report.json").read_text())
     assert (report["data"], report["train_examples"], report["eval_examples_counted"]) == ("files", 64, 37)
+
+
+def hub_layout(folder, splits: dict):
+    """A local folder laid out as a hub data set (a CSV per split, GLUE's sentence pair columns)."""
+    folder.mkdir()
+    for split, rows in splits.items():
+        write_csv(folder / f"{split}.csv", [(text, text[::-1], label) for text, label in rows], ("sentence1", "sentence2", "label"))
+    return folder
+
+
+def test_hub_data_set_without_labels_to_evaluate_is_refused(tmp_path, local_model):
+    rows = demo_rows()
+    folder = hub_layout(tmp_path / "glue-like", {"train": rows[:32], "test": [(text, -1) for text, _ in rows[32:48]]})
+    result = run(python_command("--output_dir", str(tmp_path / "outputs"), "--dataset", str(folder),
+                                "--model_name_or_path", str(local_model), xla=False), env=child_env(xla=False), check=False)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert [line for line in result.stderr.splitlines() if line.startswith("error: ")] == [
+        f"error: dataset={str(folder)!r} split 'test': 16 of 16 rows have no label (-1, as in GLUE's test splits): "
+        "evaluate on a split with labels, or use --dataset files with your own --eval_file"
+    ]
+    assert not (tmp_path / "outputs" / "report.json").exists()
+
+
+def test_hub_code_path_trains_on_a_folder_laid_out_as_a_hub_data_set(tmp_path, local_model):
+    """load_dataset with a name, its splits and GLUE's sentence1/sentence2 columns, without a network."""
+    rows = demo_rows()
+    folder = hub_layout(tmp_path / "glue-like", {"train": rows[:64], "validation": rows[64:101], "test": rows[101:110]})
+    output = tmp_path / "outputs"
+    run(python_command("--output_dir", str(output), "--dataset", str(folder), "--model_name_or_path", str(local_model),
+                       "--max_seq_length", "64", "--num_epochs", "1", "--mixed_precision", "no", "--checkpoint", "false",
+                       xla=False), env=child_env(xla=False))
+    report = json.loads((output / "report.json").read_text())
+    assert (report["data"], report["train_examples"], report["eval_examples_counted"]) == (str(folder), 64, 37)

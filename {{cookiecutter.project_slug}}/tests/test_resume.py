@@ -4,14 +4,15 @@ One uninterrupted run is the reference. Another run is SIGKILLed three times, ea
 restarted with --resume, and must end with exactly the reference's weights and metrics.
 The kill points are made deterministic by watching the run: between epochs (as soon as
 LATEST names epoch 1), in a training step (after epoch 2's first step is reported, while
-the rest of the epoch runs) and in a save (the test hook CHECKPOINT_TEST_PAUSE_IN_SAVE holds a
-fully staged, not yet committed checkpoint open long enough to be killed there).
+the rest of the epoch runs) and in a save (PAUSE_IN_SAVE, injected by this test, holds a fully
+staged, not yet committed checkpoint open long enough to be killed there).
 """
 
 import json
 import re
 import signal
 import subprocess
+import textwrap
 import threading
 import time
 
@@ -19,7 +20,7 @@ import pytest
 import torch
 from conftest import PROJECT, child_env, python_code, python_command, run
 
-from {{ cookiecutter.project_slug }}.checkpointing import LATEST, PAUSE_IN_SAVE, CheckpointProblem, check_writable
+from {{ cookiecutter.project_slug }}.checkpointing import LATEST, CheckpointProblem, check_writable
 
 EPOCHS = 2
 # Tiny and quick, with 8 steps per epoch so that a kill in a step lands inside the epoch.
@@ -47,11 +48,37 @@ def assert_same_weights(found, expected):
         assert torch.equal(found[name], expected[name]), f"{name} differs from the uninterrupted run"
 
 
+def cli_with_save_state(body: str) -> str:
+    """The training command line with Accelerate's save_state replaced by `body` (which may call `original`)."""
+    return f"""
+import errno, runpy, sys, time
+import accelerate
+
+original, calls = accelerate.Accelerator.save_state, []
+
+def save_state(self, output_dir=None, **kwargs):
+{textwrap.indent(textwrap.dedent(body).strip(), "    ")}
+
+accelerate.Accelerator.save_state = save_state
+sys.argv = ["cli", *sys.argv[1:]]
+runpy.run_module("{{ cookiecutter.project_slug }}.cli", run_name="__main__", alter_sys=True)
+"""
+
+
+# Every file of the checkpoint staged, nothing committed yet: long enough to be killed there.
+PAUSE_IN_SAVE = cli_with_save_state("""
+    saved = original(self, output_dir, **kwargs)
+    time.sleep(120)
+    return saved
+""")
+
+
 class Watched:
     """A training run in a child process whose output is read while it runs."""
 
-    def __init__(self, output, args, **env):
-        command = python_command("--output_dir", str(output), *args)
+    def __init__(self, output, args, pause_in_save=False, **env):
+        arguments = ("--output_dir", str(output), *args)
+        command = python_code(PAUSE_IN_SAVE, *arguments) if pause_in_save else python_command(*arguments)
         self.process = subprocess.Popen(
             command, cwd=PROJECT, env=child_env(PYTHONUNBUFFERED="1", **env),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -120,7 +147,7 @@ def test_killed_three_times_resumes_to_the_uninterrupted_result(reference, tmp_p
 
     # 3. In the save of epoch 2: every file staged, nothing committed yet.
     staged = checkpoints / ".epoch-2.partial" / "random_states_0.pkl"
-    saving = Watched(output, RESUME, **{PAUSE_IN_SAVE: "120"})
+    saving = Watched(output, RESUME, pause_in_save=True)
     log = saving.kill_when(staged.is_file, settle=0.5)
     assert "resume: continuing after epoch 1" in log
     assert latest(output) == "epoch-1" and not (checkpoints / "epoch-2").exists()
@@ -148,24 +175,14 @@ def tmpfs(folder, size_bytes) -> bool:
 
 
 # Where a RAM disk cannot be mounted: the second save_state fails the way a full disk makes it fail.
-FULL_DISK_ON_SECOND_SAVE = """
-import errno, runpy, sys
-import accelerate
-
-original, calls = accelerate.Accelerator.save_state, []
-
-def save_state(self, output_dir=None, **kwargs):
+FULL_DISK_ON_SECOND_SAVE = cli_with_save_state("""
     calls.append(output_dir)
     if len(calls) == 2:
         with open(output_dir + "/pytorch_model.bin", "wb") as handle:
             handle.write(b"partial")
         raise OSError(errno.ENOSPC, "No space left on device")
     return original(self, output_dir, **kwargs)
-
-accelerate.Accelerator.save_state = save_state
-sys.argv = ["cli", *sys.argv[1:]]
-runpy.run_module("{{ cookiecutter.project_slug }}.cli", run_name="__main__", alter_sys=True)
-"""
+""")
 
 
 @pytest.mark.xla

@@ -13,7 +13,7 @@ XLA compiles one program per distinct input shape. So, by default:
 import math
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset
 from transformers import DataCollatorWithPadding
 
 VALID = "valid"  # 1 for a real example, 0 for a padding copy
@@ -42,23 +42,6 @@ def make_collator(tokenizer, padding: str, max_seq_length: int):
     raise ValueError(f"padding={padding!r}: must be fixed, buckets or dynamic")
 
 
-class EpochShuffle(Sampler):
-    """A shuffle that depends only on (seed, epoch), so a resumed run sees the same order."""
-
-    def __init__(self, size: int, seed: int):
-        self.size, self.seed, self.epoch = size, seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self):
-        return self.size
-
-    def __iter__(self):
-        generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
-        return iter(torch.randperm(self.size, generator=generator).tolist())
-
-
 class MaskedPadding(Dataset):
     """The eval examples, followed by masked copies of the first one up to `length`."""
 
@@ -81,8 +64,23 @@ def padded_eval_length(num_examples: int, batch_size: int, num_processes: int) -
 
 
 def train_loader(examples, collator, batch_size: int, seed: int) -> DataLoader:
-    sampler = EpochShuffle(len(examples), seed)
-    return DataLoader(examples, batch_size=batch_size, sampler=sampler, collate_fn=collator, drop_last=True)
+    """Shuffled, full batches only.
+
+    Prepared by an Accelerator made with `shuffle_config(seed)`, Accelerate replaces the random sampler with its
+    SeedableRandomSampler: the order then depends only on (seed, epoch), the same in every process and in a
+    resumed run. Unprepared (the benchmarks), the seeded generator alone fixes the order.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    return DataLoader(
+        examples, batch_size=batch_size, shuffle=True, generator=generator, collate_fn=collator, drop_last=True
+    )
+
+
+def shuffle_config(seed: int):
+    """Accelerate's data loader settings for `train_loader`: its seedable sampler, seeded with the run's seed."""
+    from accelerate import DataLoaderConfiguration
+
+    return DataLoaderConfiguration(use_seedable_sampler=True, data_seed=seed)
 
 
 def eval_loader(examples, collator, batch_size: int, num_processes: int, last_batch: str = "pad") -> DataLoader:

@@ -8,7 +8,6 @@ kill during a save therefore leaves the previous checkpoint as the one to resume
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 
 from .runtime import barrier, gather_objects, main_process_decides, where_am_i
@@ -16,9 +15,6 @@ from .runtime import barrier, gather_objects, main_process_decides, where_am_i
 LATEST = "LATEST"
 PROGRESS = "progress.json"
 KEEP = 2
-# Test hook: seconds to sleep with a checkpoint fully staged but not yet in place, so that
-# tests/test_resume.py can SIGKILL a run in the middle of a save every time. Unset in real runs.
-PAUSE_IN_SAVE = "CHECKPOINT_TEST_PAUSE_IN_SAVE"
 
 
 class CheckpointProblem(RuntimeError):
@@ -106,8 +102,6 @@ def save_checkpoint(accelerator, output_dir, epoch: int, progress: dict) -> Path
         # Pickled weights, not safetensors: safetensors' loader reads storage pointers, which
         # XLA tensors do not have, so `load_state` of a model.safetensors fails on XLA.
         accelerator.save_state(str(staging), safe_serialization=False)
-        if os.environ.get(PAUSE_IN_SAVE):
-            time.sleep(float(os.environ[PAUSE_IN_SAVE]))
         if accelerator.is_main_process:
             _write_atomically(staging / PROGRESS, json.dumps({**progress, "epochs_done": epoch + 1}))
             shutil.rmtree(final, ignore_errors=True)
@@ -163,7 +157,9 @@ def check_writable(output_dir, report_path=None) -> None:
     for field, named, folder in places:
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            probe = folder / ".write-test"
+            # One probe per process: every process checks at once, and a shared name races (one removes
+            # the probe another is about to remove).
+            probe = folder / f".write-test-{os.getpid()}"
             probe.write_text("ok")
             probe.unlink()
             if named != folder and named.is_dir():

@@ -35,7 +35,8 @@ class TrainConfig:
     model_name_or_path: str = field(default=DEFAULT_MODEL, metadata={"help": "Hub id or local folder of the model."})
     dataset: str = field(
         default=DEFAULT_DATASET,
-        metadata={"help": "Hub data set as name/config (glue/mrpc), or 'files' to use --train_file/--eval_file."},
+        metadata={"help": "Hub data set as name/config (glue/mrpc), a local folder laid out like one, or 'files' "
+        "to use --train_file/--eval_file."},
     )
     train_file: str | None = field(default=None, metadata={"help": "Local CSV or JSON lines file for training."})
     eval_file: str | None = field(default=None, metadata={"help": "Local CSV or JSON lines file for evaluation."})

@@ -182,12 +182,42 @@ def load_text_data(config: TrainConfig, demo: bool) -> TextData:
         return _load_files(files, config, config.text_column or "text", "files")
     if demo:
         return _load_files(DEMO_FILES, config, config.text_column or "text", "demo")
-    name, _, subset = config.dataset.partition("/")
-    loaded = datasets.load_dataset(name, subset or None)
+    loaded = load_hub_dataset(config.dataset)
+    if "train" not in loaded:
+        raise DataProblem(f"dataset={config.dataset!r}: no train split (splits: {', '.join(loaded)})")
     eval_split = "validation" if "validation" in loaded else "test"
+    if eval_split not in loaded:
+        raise DataProblem(f"dataset={config.dataset!r}: no validation or test split to evaluate on (splits: {', '.join(loaded)})")
+    for split in ("train", eval_split):
+        check_hub_labels(loaded[split], f"dataset={config.dataset!r} split {split!r}", config.label_column, config.num_labels)
     text_column = config.text_column or ("sentence1" if "sentence1" in loaded["train"].column_names else "text")
     pair = config.text_pair_column or ("sentence2" if "sentence2" in loaded["train"].column_names else None)
     return TextData(loaded["train"], loaded[eval_split], text_column, pair, config.label_column, config.dataset)
+
+
+def load_hub_dataset(dataset: str):
+    """`glue/mrpc` is the hub's glue data set with its mrpc configuration; a local folder laid out like
+    a hub data set (train.csv, validation.csv, ...) loads the same way."""
+    if Path(dataset).is_dir():
+        return datasets.load_dataset(dataset)
+    name, _, subset = dataset.partition("/")
+    return datasets.load_dataset(name, subset or None)
+
+
+def check_hub_labels(split, where: str, label_column: str, num_labels: int) -> None:
+    """Refuse a split whose labels cannot be evaluated: GLUE's test splits, for one, carry -1 everywhere."""
+    if label_column not in split.column_names:
+        raise DataProblem(f"{where}: no column {label_column!r} (columns: {', '.join(split.column_names)})")
+    labels = split[label_column]
+    bad = [label for label in labels if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < num_labels]
+    if not bad:
+        return
+    if all(label == -1 for label in bad):
+        raise DataProblem(
+            f"{where}: {len(bad)} of {len(labels)} rows have no label (-1, as in GLUE's test splits): evaluate on a "
+            "split with labels, or use --dataset files with your own --eval_file"
+        )
+    raise DataProblem(f"{where}: label {bad[0]!r} is not a whole number in 0..{num_labels - 1} (num_labels={num_labels})")
 
 
 def train_demo_tokenizer(texts):

@@ -4,63 +4,47 @@ Pss splits every shared page between the processes that map it. Summed over the
 notebook's process and its forked workers, a page they all share (copy-on-write after
 a fork, or one copy in /dev/shm) counts once, and a page each worker made for itself
 counts once per worker: the figure that runs out on a small host and ends in SIGSEGV
-or SIGKILL. Read from /proc/<pid>/smaps_rollup, so Linux only. The peak is found by
-sampling in a background thread while the launch runs.
+or SIGKILL. psutil reads it (Linux only: `memory_full_info().pss`) and walks the process
+tree. The peak is found by sampling in a background thread while the launch runs.
 """
 
 import os
 import threading
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
-PROC = Path("/proc")
+import psutil
+
 SHM = "/dev/shm"
+GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
 
 
 def available() -> bool:
-    return (PROC / "self" / "smaps_rollup").exists()
+    return hasattr(psutil.Process().memory_full_info(), "pss")
 
 
 def pss_bytes(pid: int) -> int | None:
     """The process's Pss, or None once it has exited (a worker may end between two reads)."""
     try:
-        text = (PROC / str(pid) / "smaps_rollup").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return psutil.Process(pid).memory_full_info().pss
+    except GONE:
         return None
-    for line in text.splitlines():
-        if line.startswith("Pss:"):
-            return int(line.split()[1]) * 1024
-    return None
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for task in (PROC / str(pid) / "task").glob("*"):
-        try:
-            found += [int(child) for child in (task / "children").read_text().split()]
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return found
 
 
 def process_tree(pid: int) -> list[int]:
     """pid and all its descendants."""
-    tree, pending = [], [pid]
-    while pending:
-        current = pending.pop()
-        tree.append(current)
-        pending += children(current)
-    return tree
+    try:
+        return [pid, *(child.pid for child in psutil.Process(pid).children(recursive=True))]
+    except GONE:
+        return [pid]
 
 
 def shm_used_bytes(path: str = SHM) -> int | None:
     """Bytes in use on the shared-memory file system (where pickled tensors go), None without one."""
     try:
-        stats = os.statvfs(path)
+        return psutil.disk_usage(path).used
     except OSError:
         return None
-    return (stats.f_blocks - stats.f_bfree) * stats.f_frsize
 
 
 @dataclass

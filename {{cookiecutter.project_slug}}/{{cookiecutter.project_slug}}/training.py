@@ -35,6 +35,7 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
     accelerator = Accelerator(
         mixed_precision=precision.accelerate_mixed_precision(level),
         cpu=not runtime.xla_installed() and not torch.cuda.is_available(),
+        dataloader_config=batching.shuffle_config(config.seed),
     )
     set_seed(config.seed)
     runtime.quiet_unless_main(accelerator)
