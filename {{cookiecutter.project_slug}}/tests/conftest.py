@@ -16,8 +16,10 @@ import pytest
 PROJECT = Path(__file__).resolve().parent.parent
 CLI = "{{ cookiecutter.project_slug }}.cli"
 XLA_AVAILABLE = importlib.util.find_spec("torch_xla") is not None
-# A small, fast demo configuration for tests (the real demo uses the baked defaults).
-QUICK = ["--demo", "true", "--max_seq_length", "64", "--max_train_examples", "96", "--num_epochs", "1"]
+# A small, fast demo configuration for tests (the real demo uses the baked defaults). No test run may
+# recompile after its warm-up unless it says so: a recompilation stops the run.
+QUICK = ["--demo", "true", "--max_seq_length", "64", "--max_train_examples", "96", "--num_epochs", "1",
+         "--max_recompilations", "0"]
 # Hide torch_xla from this interpreter and everything it imports: a laptop without it.
 NO_XLA_PRELUDE = "import sys; sys.modules['torch_xla'] = None; "
 
@@ -91,7 +93,7 @@ def demo_report(tmp_path_factory):
     def get(level):
         if level not in runs:
             folder = tmp_path_factory.mktemp(f"demo-{level.replace('+', '-')}")
-            runs[level] = train(folder, *PRECISION_FLAGS[level], "--checkpoint", "false")
+            runs[level] = train(folder, *PRECISION_FLAGS[level], "--checkpoint", "false", "--max_recompilations", "0")
         return runs[level]
 
     return get

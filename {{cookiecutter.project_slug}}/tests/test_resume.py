@@ -27,6 +27,7 @@ EPOCHS = 2
 RUN = [
     "--demo", "true", "--max_seq_length", "32", "--max_train_examples", "64", "--num_epochs", str(EPOCHS),
     "--train_batch_size", "8", "--eval_batch_size", "8", "--mixed_precision", "no", "--compilation_cache", "false",
+    "--max_recompilations", "0",
 ]
 RESUME = [*RUN, "--resume", "true"]
 WEIGHTS = "pytorch_model.bin"

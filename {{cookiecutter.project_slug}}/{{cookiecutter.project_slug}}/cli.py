@@ -29,6 +29,7 @@ def main(argv=None) -> int:
     config = parse(argv)
     from .checkpointing import CheckpointProblem
     from .data import DataProblem
+    from .graph_watch import RecompilationLimit
     from .modeling import ModelUnavailable
     from .precision import PrecisionUnavailable
     from .runtime import EnvironmentProblem, is_main_process
@@ -36,7 +37,10 @@ def main(argv=None) -> int:
 
     try:
         training_function(config=config)
-    except (ConfigError, DataProblem, CheckpointProblem, EnvironmentProblem, ModelUnavailable, PrecisionUnavailable) as error:
+    except (
+        ConfigError, DataProblem, CheckpointProblem, EnvironmentProblem, ModelUnavailable, PrecisionUnavailable,
+        RecompilationLimit,
+    ) as error:
         # A problem that every process raised together is said once, by the main process.
         if not getattr(error, "every_process", False) or is_main_process():
             print(f"error: {error}", file=sys.stderr)

@@ -73,6 +73,13 @@ class TrainConfig:
     checkpoint: bool = switch(True, "Save a checkpoint after every epoch.")
     compilation_cache: bool = switch(True, "Use PyTorch/XLA's persistent compilation cache.")
     max_train_examples: int | None = field(default=None, metadata={"help": "Use only this many training examples."})
+    watch_compilations: bool = switch(
+        True, "Watch every XLA compilation: list the graphs in the report and explain each recompilation."
+    )
+    max_recompilations: int | None = field(
+        default=None,
+        metadata={"help": "Stop the run (exit status 2) at the next recompilation past this many. Default: no limit."},
+    )
 
     @property
     def pretrained_learning_rate(self) -> float:
@@ -92,6 +99,8 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name}={value!r}: must be a positive whole number")
+        if self.max_recompilations is not None and self.max_recompilations < 0:
+            raise ConfigError(f"max_recompilations={self.max_recompilations!r}: must be 0 or more")
         if self.max_train_examples is not None and self.max_train_examples < 1:
             raise ConfigError(f"max_train_examples={self.max_train_examples!r}: must be a positive whole number")
         if self.learning_rate is not None and not self.learning_rate > 0:

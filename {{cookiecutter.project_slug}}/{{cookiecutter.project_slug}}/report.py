@@ -5,7 +5,7 @@ from pathlib import Path
 
 FIELDS = (
     "device", "distributed_type", "num_processes", "epochs", "train_examples", "examples_per_second", "learning_rate",
-    "eval_accuracy", "eval_loss", "eval_examples_counted", "xla_compilations", "compile_seconds",
+    "eval_accuracy", "eval_loss", "eval_examples_counted", "xla_compilations", "recompilations", "compile_seconds",
     "compilation_cache", "precision", "data", "checkpoint",
 )
 

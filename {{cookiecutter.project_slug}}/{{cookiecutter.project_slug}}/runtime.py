@@ -108,11 +108,15 @@ def init_compilation_cache(cache_dir: Path) -> Path | None:
 
     if torch_xla._XLAC._xla_computation_cache_is_initialized():
         return None
-    rank = os.environ.get("PJRT_LOCAL_PROCESS_RANK") or os.environ.get("LOCAL_RANK") or "0"
-    folder = Path(cache_dir) / f"process-{rank}"
+    folder = Path(cache_dir) / f"process-{local_rank()}"
     folder.mkdir(parents=True, exist_ok=True)
     xr.initialize_cache(str(folder), readonly=False)
     return folder
+
+
+def local_rank() -> str:
+    """This process's index on its host, before any Accelerator exists (0 for a lone process)."""
+    return os.environ.get("PJRT_LOCAL_PROCESS_RANK") or os.environ.get("LOCAL_RANK") or "0"
 
 
 @dataclass
@@ -122,23 +126,35 @@ class CompileCounts:
     cache_hits: int | None
     cache_misses: int | None
     cache_read_failures: int | None
+    # Reads of device values on the host (each one waits for the device): .item(), .tolist(), printing.
+    device_to_host_transfers: int | None
 
 
 def compile_counts() -> CompileCounts:
     """Process-wide XLA compilation counters (None off XLA)."""
     if not xla_installed() or "torch_xla" not in sys.modules:
-        return CompileCounts(None, None, None, None, None)
+        return CompileCounts(None, None, None, None, None, None)
     import torch_xla.debug.metrics as met
 
     data = met.metric_data("CompileTime")
-    seconds = data[1] / 1e9 if data else 0.0
+    transfers = met.metric_data("TransferFromDeviceTime")
     return CompileCounts(
-        compilations=met.counter_value("UncachedCompile") or 0,
-        compile_seconds=seconds,
+        compilations=compilations_so_far(),
+        compile_seconds=data[1] / 1e9 if data else 0.0,
         cache_hits=met.counter_value("PersistentCacheHit") or 0,
         cache_misses=met.counter_value("PersistentCacheMiss") or 0,
         cache_read_failures=met.counter_value("PersistentCacheDeserializeFailure") or 0,
+        device_to_host_transfers=transfers[0] if transfers else 0,
     )
+
+
+def compilations_so_far() -> int | None:
+    """This process's compilation count: one host-side counter, cheap enough to read after every step."""
+    if not xla_installed() or "torch_xla" not in sys.modules:
+        return None
+    import torch_xla.debug.metrics as met
+
+    return met.counter_value("UncachedCompile") or 0
 
 
 @contextmanager

@@ -7,11 +7,12 @@ hand the model to `notebook_launcher` (the shared-model pattern).
 
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-from . import batching, checkpointing, precision, runtime
+from . import batching, checkpointing, graph_watch, precision, runtime
 from .config import ConfigError, TrainConfig
 from .data import load_text_data, load_tokenizer, wants_demo
 from .modeling import build_model, use_graph_friendly_attention
@@ -24,10 +25,13 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
     runtime.check_stack()
     checkpointing.check_writable(config.output_dir, config.report_path)
     level = precision.requested_level(config)
-    # Both must happen before the first tensor reaches an XLA device in this process.
+    # All three must happen before the first tensor reaches an XLA device in this process.
     cache_dir = runtime.init_compilation_cache(f"{config.output_dir}/xla-cache") if config.compilation_cache else None
+    analysis_file = None
     if runtime.xla_installed():
         precision.set_xla_variables(level)
+        if config.watch_compilations:
+            analysis_file = graph_watch.enable_analysis(Path(config.output_dir) / "xla-compilations", runtime.local_rank())
 
     from accelerate import Accelerator
     from accelerate.utils import set_seed
@@ -42,10 +46,11 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
     autocast = precision.decide_autocast(accelerator)
     with runtime.counting_compilations() as compiled:
         precision_report = precision.realise(level, accelerator.device, autocast)
-        report = _train(accelerator, model, config, precision_report)
+        report = _train(accelerator, model, config, precision_report, analysis_file)
     report.update(
         xla_compilations=compiled["compilations"],
         compile_seconds=compiled["compile_seconds"],
+        device_to_host_transfers=compiled["device_to_host_transfers"],
         compilation_cache=None if cache_dir is None else {
             "folder": str(cache_dir),
             "hits": compiled["cache_hits"],
@@ -73,7 +78,7 @@ def load_examples(config: TrainConfig, demo: bool):
     return data, tokenizer, train_examples, eval_examples
 
 
-def _train(accelerator, model, config: TrainConfig, precision_report) -> dict:
+def _train(accelerator, model, config: TrainConfig, precision_report, analysis_file=None) -> dict:
     demo = runtime.main_process_decides(accelerator, lambda: wants_demo(config))
     with runtime.main_process_first(accelerator):
         data, tokenizer, train_examples, eval_examples = load_examples(config, demo)
@@ -134,17 +139,26 @@ def _train(accelerator, model, config: TrainConfig, precision_report) -> dict:
     trained, seconds, evaluation, saved, compiled_by_epoch = 0, 0.0, {}, None, []
     # This run's first and last optimizer steps (a resumed run starts where its checkpoint stopped).
     learning_rate = {"optimizer_steps": optimizer_steps, "first_step": scheduler.get_last_lr()[0], "last_step": None}
+    watch = None
+    if runtime.uses_xla(device) and config.watch_compilations:
+        watch = graph_watch.GraphWatch(
+            config.padding, config.max_recompilations, lambda message: _say(accelerator, message), analysis_file
+        )
+        watch.start()
     for epoch in range(first_epoch, config.num_epochs):
         # Through Accelerate's loader, not the sampler: on every pass it re-applies its own epoch
         # counter to the sampler, and that counter restarts at 0 in a resumed run.
         train_loader.set_epoch(epoch)
         started = time.perf_counter()
         train_loss, learning_rate["last_step"] = _train_epoch(
-            accelerator, model, optimizer, scheduler, train_loader, metric_dtype, epoch, config
+            accelerator, model, optimizer, scheduler, train_loader, metric_dtype, epoch, config, watch
         )
         seconds += time.perf_counter() - started
         trained += steps_per_epoch * config.train_batch_size * accelerator.num_processes
-        evaluation = evaluate(accelerator, model, eval_loader, metric_dtype)
+        evaluation = evaluate(accelerator, model, eval_loader, metric_dtype, watch, epoch)
+        if watch:
+            watch.check("other", epoch)  # the epoch's reductions and reads
+            watch.warmed_up("eval")
         _say(
             accelerator,
             f"epoch {epoch + 1}/{config.num_epochs}: train loss {train_loss:.4f}, "
@@ -152,6 +166,9 @@ def _train(accelerator, model, config: TrainConfig, precision_report) -> dict:
         )
         if config.checkpoint:
             saved = checkpointing.save_checkpoint(accelerator, config.output_dir, epoch, {"train_loss": train_loss})
+        if watch:
+            watch.check("other", epoch)
+            watch.warmed_up("other")
         # Cumulative, so that a test can see that later epochs compile nothing new.
         compiled_by_epoch.append(runtime.compile_counts().compilations)
     return {
@@ -161,6 +178,8 @@ def _train(accelerator, model, config: TrainConfig, precision_report) -> dict:
         "epochs": config.num_epochs,
         "epochs_run": config.num_epochs - first_epoch,
         "process_compilations_after_each_epoch": compiled_by_epoch,
+        "recompilations": watch.recompilations if watch else None,
+        "graphs": watch.report() if watch else None,
         "train_examples": len(train_examples),
         "examples_per_second": trained / seconds if seconds else None,
         # Host-side floats: the scheduler lives on the host, reading it costs no device transfer.
@@ -187,7 +206,9 @@ def train_step(accelerator, model, optimizer, scheduler, batch):
     return loss.detach()
 
 
-def _train_epoch(accelerator, model, optimizer, scheduler, loader, metric_dtype, epoch, config) -> tuple[float, float]:
+def _train_epoch(
+    accelerator, model, optimizer, scheduler, loader, metric_dtype, epoch, config, watch=None
+) -> tuple[float, float]:
     """(mean train loss, learning rate of the last optimizer step)."""
     model.train()
     device = accelerator.device
@@ -195,28 +216,31 @@ def _train_epoch(accelerator, model, optimizer, scheduler, loader, metric_dtype,
     # The bar is not given the loader: tqdm.auto's bar calls iter() on what it wraps, and each iter()
     # of Accelerate's XLA loader starts a prefetch thread that may finish the epoch and advance the
     # shuffle's epoch counter before the real pass starts (another data order in every run).
+    # A context, so that a run stopped mid-epoch ends the bar's line before its error message.
     bar = tqdm(total=len(loader), desc=f"epoch {epoch + 1}/{config.num_epochs}", disable=not accelerator.is_main_process)
     steps = 0
     learning_rate = None
-    for batch in loader:
-        learning_rate = scheduler.get_last_lr()[0]
-        loss_sum += train_step(accelerator, model, optimizer, scheduler, batch).to(metric_dtype)
-        steps += 1
-        runtime.sync(device)
-        bar.update()
-    bar.close()
+    with bar:
+        for batch in loader:
+            learning_rate = scheduler.get_last_lr()[0]
+            loss_sum += train_step(accelerator, model, optimizer, scheduler, batch).to(metric_dtype)
+            steps += 1
+            runtime.sync(device)
+            if watch:
+                watch.check("train", epoch, steps, batch)
+            bar.update()
     # One transfer per epoch: reading the loss every step would stall the device.
     total = runtime.sum_over_processes(accelerator, loss_sum).item()
     return total / max(steps * accelerator.num_processes, 1), learning_rate
 
 
-def evaluate(accelerator, model, loader, metric_dtype=torch.float32) -> dict:
+def evaluate(accelerator, model, loader, metric_dtype=torch.float32, watch=None, epoch=0) -> dict:
     """Accuracy and mean loss over real examples only, accumulated on the device."""
     model.eval()
     device = accelerator.device
     counts = runtime.device_zeros(2, torch.int64, device)  # correct, counted
     loss_sum = runtime.device_zeros(1, metric_dtype, device)
-    for batch in loader:
+    for step, batch in enumerate(loader, start=1):
         valid = batch.pop(batching.VALID)
         with torch.no_grad():
             logits = model(**batch).logits
@@ -227,6 +251,8 @@ def evaluate(accelerator, model, loader, metric_dtype=torch.float32) -> dict:
         counts += torch.stack([hits.sum(), valid.sum()])
         loss_sum += (per_example * valid.to(metric_dtype)).sum()
         runtime.sync(device)
+        if watch:
+            watch.check("eval", epoch, step, batch)
     counts = runtime.sum_over_processes(accelerator, counts).tolist()
     total_loss = runtime.sum_over_processes(accelerator, loss_sum).item()
     correct, counted = counts
@@ -239,5 +265,6 @@ def evaluate(accelerator, model, loader, metric_dtype=torch.float32) -> dict:
 
 def _say(accelerator, message: str) -> None:
     # Not accelerator.print: on an XLA CPU device its local process index is -1, so it prints nothing.
+    # tqdm.write: a message in the middle of an epoch goes above the progress bar, not into it.
     if accelerator.is_main_process:
-        print(message, flush=True)
+        tqdm.write(message)

@@ -1,0 +1,211 @@
+"""The recompilation watch: every XLA graph a run compiles, when, with which batch, and why.
+
+After each step the loop asks the watch to look at this process's compilation counter, a
+host-side number (no graph, no device transfer). Graphs compiled during warm-up are expected:
+the first WARMUP_TRAIN_STEPS training steps, the whole first evaluation, and whatever else the
+first epoch compiles (a reduction across processes, a checkpoint). Any graph after that is a
+**recompilation**: the run prints one line per distinct cause that names what changed and the
+fix, the report counts them, and `--max_recompilations N` stops the run at the N+1-th.
+
+The cause and the Python frame come from torch_xla's own analysis: with PT_XLA_DEBUG_LEVEL=1 and
+PT_XLA_DEBUG_FILE set before the runtime starts, torch_xla writes one "Compilation Analysis"
+block per compilation, which the watch reads as it goes.
+"""
+
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .runtime import compilations_so_far
+
+# Training compiles three graphs before its steady state: the first step, the first step with
+# optimizer state, the steady step.
+WARMUP_TRAIN_STEPS = 3
+PHASES = ("train", "eval", "other")
+HOST_READ = "most likely user code trying to access tensor value before torch_xla.sync"
+# Frames of these libraries are not where a user fixes anything.
+LIBRARY_PATH = re.compile(r"[/\\](site-packages|dist-packages|lib/python\d\.\d+)[/\\]")
+
+
+class RecompilationLimit(RuntimeError):
+    """More recompilations than --max_recompilations allows; the message names the last one."""
+
+    # Every process runs the same graphs, so every process stops at the same step.
+    every_process = True
+
+
+@dataclass
+class Graph:
+    number: int
+    phase: str
+    epoch: int
+    step: int | None
+    compile_seconds: float | None
+    batch_shapes: dict | None
+    warmup: bool
+    cause: str | None = None
+    frame: str | None = None
+
+
+@dataclass
+class Analysis:
+    cause: str
+    frame: str | None
+
+
+def enable_analysis(folder: Path, process: int) -> Path | None:
+    """Ask torch_xla to explain each compilation in a file; before the runtime starts, else it is too late.
+
+    Returns the file, or None where the user set PT_XLA_DEBUG_LEVEL already (their setting wins) or the
+    runtime of this process already runs (a second run in one notebook process).
+    """
+    import torch_xla
+
+    if "PT_XLA_DEBUG_LEVEL" in os.environ or torch_xla._XLAC._xla_runtime_is_initialized():
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"compilations-process-{process}.log"
+    path.write_text("")
+    os.environ.update(PT_XLA_DEBUG_LEVEL="1", PT_XLA_DEBUG_FILE=str(path))
+    return path
+
+
+def parse_analyses(text: str) -> list[Analysis]:
+    """The "Compilation Analysis" blocks of torch_xla's debug output, in order."""
+    found = []
+    for block in text.split("Compilation Analysis: Compilation Cause")[1:]:
+        lines = [line.removeprefix("Compilation Analysis:").strip() for line in block.splitlines()]
+        cause = lines[1] if len(lines) > 1 else "unknown"
+        frames = []
+        if "Python Frame Triggered Execution:" in lines:
+            for line in lines[lines.index("Python Frame Triggered Execution:") + 1:]:
+                if not line or line.startswith("---") or line.startswith("==="):
+                    break
+                if line.strip(".") and not line.startswith("sync ("):  # "....." marks a cut stack; sync() is the cut
+                    frames.append(line)
+        # Innermost first: the user's own line where the stack reaches it, else the library line that did it.
+        user = [frame for frame in frames if not LIBRARY_PATH.search(frame)]
+        found.append(Analysis(cause, (user or frames or [None])[0]))
+    return found
+
+
+def batch_shapes(batch) -> dict:
+    """{name: shape} of a batch's tensors (metadata: reading it costs nothing on the device)."""
+    return {name: tuple(value.shape) for name, value in batch.items() if hasattr(value, "shape")}
+
+
+@dataclass
+class GraphWatch:
+    padding: str
+    max_recompilations: int | None
+    say: object  # the run's print-once-on-the-main-process
+    analysis_file: Path | None = None
+    graphs: list = field(default_factory=list)
+    recompilations: int = 0
+    _count: int = 0
+    _read: int = 0
+    _train_steps: int = 0
+    _warm: dict = field(default_factory=lambda: {"eval": True, "other": True})
+    _last_shapes: dict = field(default_factory=dict)
+    _said: set = field(default_factory=set)
+
+    def start(self) -> None:
+        """From here on every new graph is the loop's (the precision check and set-up came before)."""
+        self._count = compilations_so_far() or 0
+        self._read = len(self._analyses())
+
+    def check(self, phase: str, epoch: int, step: int | None = None, batch=None) -> None:
+        """Look for graphs compiled since the last check; call after the step's sync."""
+        shapes = batch_shapes(batch) if batch is not None else None
+        if phase == "train":
+            self._train_steps += 1
+        new = (compilations_so_far() or 0) - self._count
+        if new <= 0:
+            if shapes:
+                self._last_shapes[phase] = shapes
+            return
+        self._count += new
+        seconds = _last_compile_seconds(new)
+        analyses = self._analyses()
+        fresh, self._read = analyses[self._read:self._read + new], self._read + new
+        warmup = self._train_steps <= WARMUP_TRAIN_STEPS if phase == "train" else self._warm[phase]
+        for index in range(new):
+            analysis = fresh[index] if index < len(fresh) else None
+            self.graphs.append(Graph(
+                len(self.graphs) + 1, phase, epoch + 1, step, seconds[index] if seconds else None, shapes, warmup,
+                analysis.cause if analysis else None, analysis.frame if analysis else None,
+            ))
+        if not warmup:
+            self._recompiled(new, phase, epoch, step, shapes, fresh[0] if fresh else None)
+        if shapes:
+            self._last_shapes[phase] = shapes
+
+    def warmed_up(self, phase: str) -> None:
+        """The first evaluation (phase "eval") or the first epoch (phase "other") is over."""
+        self._warm[phase] = False
+
+    def report(self) -> dict:
+        return {
+            "compiled": len(self.graphs),
+            "warmup": sum(graph.warmup for graph in self.graphs),
+            "recompilations": self.recompilations,
+            "causes_from": "torch_xla analysis (PT_XLA_DEBUG_LEVEL=1)" if self.analysis_file else None,
+            "graphs": [asdict(graph) for graph in self.graphs],
+        }
+
+    def _analyses(self) -> list[Analysis]:
+        if self.analysis_file is None or not self.analysis_file.is_file():
+            return []
+        return parse_analyses(self.analysis_file.read_text(errors="replace"))
+
+    def _recompiled(self, new, phase, epoch, step, shapes, analysis) -> None:
+        self.recompilations += new
+        where = f"epoch {epoch + 1} {phase} step {step}" if step else f"epoch {epoch + 1}, after the {phase} steps"
+        what, kind = self._explain(phase, shapes, analysis)
+        message = f"{where}: new {phase} graph ({self.recompilations} recompilation(s) so far): {what}"
+        if self.max_recompilations is not None and self.recompilations > self.max_recompilations:
+            raise RecompilationLimit(f"{message} (stopped: --max_recompilations {self.max_recompilations})")
+        if (phase, kind) not in self._said:
+            self._said.add((phase, kind))
+            self.say(f"recompilation: {message}")
+
+    def _explain(self, phase, shapes, analysis) -> tuple[str, str]:
+        """(what changed and the fix, a key that is the same for the same cause)."""
+        before = self._last_shapes.get(phase)
+        if shapes and before and shapes != before:
+            now, then = _main_shape(shapes), _main_shape(before)
+            change = f"batch shape {now} after {then}"
+            if now[0] != then[0]:
+                fix = "a batch with another number of rows (a ragged last batch): drop it in training, pad it in evaluation"
+            elif self.padding == "dynamic":
+                fix = "padding='dynamic' pads to the longest row: use padding='fixed'"
+            elif self.padding == "buckets":
+                fix = "padding='buckets' compiles one graph per bucket length: use padding='fixed' for one"
+            else:
+                fix = "a new input shape: pad every batch to one shape"
+            return f"{change}; {fix}", "shape"
+        if analysis is None:
+            return ("the same batch shape, so something in the step changed the graph (a Python number that varies, "
+                    "a read of a tensor on the host): run with PT_XLA_DEBUG_LEVEL=2 to see why", "unknown")
+        frame = f" at {analysis.frame}" if analysis.frame else ""
+        if analysis.cause == HOST_READ:
+            return (f"a tensor read on the host before the step's sync{frame} (.item(), .tolist(), print, a Python "
+                    "branch on a tensor): keep values on the device and read them once, after the loop",
+                    f"host read{frame}")
+        return f"torch_xla says: {analysis.cause}{frame}", f"{analysis.cause}{frame}"
+
+
+def _main_shape(shapes: dict) -> tuple:
+    return shapes.get("input_ids") or next(iter(shapes.values()))
+
+
+def _last_compile_seconds(new: int) -> list[float] | None:
+    """Seconds of each of the last `new` compilations, from torch_xla's CompileTime samples."""
+    import torch_xla.debug.metrics as met
+
+    data = met.metric_data("CompileTime")
+    samples = data[2] if data else ()
+    if len(samples) < new:
+        return None
+    return [value / 1e9 for _, value in samples[-new:]]
