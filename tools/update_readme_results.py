@@ -1,4 +1,7 @@
-"""Put the latest quick-profile table (benchmark-results/, written by `make test`) into README.md.
+"""Put the latest quick-profile tables (benchmark-results/summary.md, written by `make test`) into README.md.
+
+The README shows the suite's own view (at most 8 columns a table, each with the sentence it supports);
+the full tables stay in benchmark-results/results.md and the JSON.
 
 Only the text between `<!-- results:start -->` and `<!-- results:end -->` changes; the markers
 are added under a "## Latest benchmark results" heading at the end when absent.
@@ -27,14 +30,15 @@ def machine(results: Path) -> str:
 
 
 def section(results: Path) -> str:
-    table = (results / "results.md").read_text().strip().splitlines()
+    table = (results / "summary.md").read_text().strip().splitlines()
     title = table[0].lstrip("# ").strip()  # "Benchmark results (quick profile, xla:CPU)"
     extra = json.loads((results / "run.json").read_text()) if (results / "run.json").exists() else {}
     wall = f"; the whole quick suite took {extra['suite_wall_s']:.0f} s" if "suite_wall_s" in extra else ""
     body = ["#" + line if line.startswith("## ") else line for line in table[1:]]
     intro = (
-        f"{title}, {machine(results)}{wall}. Regenerate with `make test` then "
-        "`python tools/update_readme_results.py`; the plot is benchmark-results/results.png."
+        f"{title}, {machine(results)}{wall}. Every figure below is generated from that run: regenerate with "
+        "`make test` then `make results`. Full tables: benchmark-results/results.md; the figure: "
+        "benchmark-results/results.png."
     )
     return "\n".join([START, "", intro, *body, "", END])
 

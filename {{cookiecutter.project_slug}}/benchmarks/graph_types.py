@@ -17,7 +17,7 @@ from {{ cookiecutter.project_slug }}.precision import PROMISED_TYPES
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear", "aten::einsum")
 # One line of torch_xla's IR text: "%7 = bf16[16,64]{1,0} aten::mm(%5, %6), xla_shape=...".
 IR_LINE = re.compile(r"=\s*(?P<type>[a-z]+[0-9]*)\[[^\]]*\]\S*\s+(?P<op>[a-z_]+::[A-Za-z_]+)\(")
-BYTES_PER_ELEMENT = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2}
+BYTES_PER_ELEMENT = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "s64": 8, "s32": 4, "u8": 1, "s8": 1, "pred": 1}
 
 
 @dataclass(frozen=True)
@@ -74,19 +74,30 @@ def describe(probe: tuple[str, str], matmuls: dict[str, int]) -> str:
     return f"f32->{probe[0]}, f64->{probe[1]}, matmuls {kinds}"
 
 
-def device_bytes(tensors, probe: tuple[str, str]) -> int:
-    """Bytes the tensors occupy on the device: float32/float64 take the width they lower to.
+# One input of a lowered graph: "%0 = bf16[10,10]{1,0} xla::device_data(), xla_shape=...".
+DEVICE_DATA = re.compile(r"=\s*(?P<type>[a-z]+[0-9]*)\[(?P<dims>[0-9,]*)\]\S*\s+xla::device_data\(")
 
-    Under XLA_USE_BF16 a tensor still says float32 to Python but is stored as bf16.
+
+def graph_bytes(tensors) -> int:
+    """Bytes the tensors occupy on the device, read from the graph, not from their torch dtype.
+
+    torch_xla's IR of the tensors lists each as device data with the element type the device stores
+    (under XLA_USE_BF16 a tensor still says float32 to Python but is bf16 data). Call after a sync, so
+    that the tensors are device data rather than pending computations.
     """
-    import torch
+    import torch_xla
 
-    lowered = {torch.float32: probe[0], torch.float64: probe[1], torch.bfloat16: "bf16", torch.float16: "f16"}
+    # Only what lives on the device: AdamW keeps its step counters as host tensors.
+    on_device = [tensor for tensor in tensors if tensor.device.type == "xla"]
+    if not on_device:
+        return 0
+    text = torch_xla._XLAC._get_xla_tensors_text(on_device)
     total = 0
-    for tensor in tensors:
-        kind = lowered.get(tensor.dtype)
-        width = BYTES_PER_ELEMENT.get(kind, tensor.element_size()) if kind else tensor.element_size()
-        total += tensor.numel() * width
+    for match in DEVICE_DATA.finditer(text):
+        elements = 1
+        for size in filter(None, match.group("dims").split(",")):
+            elements *= int(size)
+        total += elements * BYTES_PER_ELEMENT[match.group("type")]
     return total
 
 

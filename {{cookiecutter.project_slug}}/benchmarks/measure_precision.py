@@ -86,9 +86,9 @@ def run_mode(mode: graph_types.Mode, model_name: str, profile: Profile) -> dict:
             runtime.sync(device, wait=True)
             times.append(time.perf_counter() - started)
             losses.append(loss.item())
-    param_bytes = graph_types.device_bytes(model.parameters(), probe)
+    param_bytes = graph_types.graph_bytes(model.parameters())
     inner = getattr(optimizer, "optimizer", optimizer)
-    optimizer_bytes = graph_types.device_bytes(graph_types.optimizer_tensors(inner), probe)
+    optimizer_bytes = graph_types.graph_bytes(graph_types.optimizer_tensors(inner))
     return {
         **result,
         "status": "ok",
@@ -102,6 +102,8 @@ def run_mode(mode: graph_types.Mode, model_name: str, profile: Profile) -> dict:
         "param_bytes": param_bytes,
         "optimizer_bytes": optimizer_bytes,
         "state_bytes": param_bytes + optimizer_bytes,
+        "bytes_from": "graph: element types of the device data holding the weights and optimizer state",
+        # Measured by the device where it reports memory (a TPU does; XLA:CPU does not: n/a).
         "device_memory_peak_bytes": _memory_peak(device),
         "loss_steps": len(losses),
         "final_loss": losses[-1],

@@ -1,20 +1,26 @@
-"""What an eval batching choice costs in compilations, each measured inside its own (forked) process.
+"""What batching choices and training loops cost in compilations, each measured inside its own (forked) process.
 
-Three measurements:
-  eval_cell               the project's `evaluate` over `batching.eval_loader(..., last_batch=...)`
-                          with one grid cell's eval size, last batch and padding, evaluated
-                          several times (the first pass compiles, the rest show the steady cost);
-  project_loop            the project's `training_function`, as users run it;
-  accelerate_example_loop the loop pattern of Accelerate's examples/nlp_example.py, the
-                          reference being compared against (the one loop written here).
+  eval_cell       the project's training steps, then its `evaluate` over one grid cell's eval loader
+                  (eval size, last batch, padding), several times: the graphs the eval choice adds to a
+                  run that trained first, and that later evaluations add nothing;
+  project_loop    the project's `training_function`, as users run it (with and without the watch);
+  accelerate_example_loop, trainer_loop
+                  the loops users pick instead, the references compared against: the pattern of
+                  Accelerate's examples/nlp_example.py, and transformers' Trainer as a user writes it
+                  and with its TPU-friendly settings.
+
+Every loop trains the same tiny BERT (same seed) on the same demo data, at the same length, for the
+same epochs, in float32, and is watched by the project's graph watch (`graph_watch.GraphWatch`), which
+counts each loop's recompilations and names their causes.
 """
 
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
-from {{ cookiecutter.project_slug }} import batching, precision, runtime, training
+from {{ cookiecutter.project_slug }} import batching, graph_watch, precision, runtime, training
 from {{ cookiecutter.project_slug }}.config import TrainConfig
 
 from . import workload
@@ -26,6 +32,22 @@ EXAMPLE_TRAIN_BATCH_SIZE = 16
 EXAMPLE_EVAL_BATCH_SIZE = 32
 EXAMPLE_WARMUP_STEPS = 100
 
+# Every difference between the loops compared (all: same model, seed, data, length, epochs, learning rate, fp32).
+LOOP_DIFFERENCES = {
+    "project": "fixed padding to max_seq_length; training drops its ragged last batch; evaluation pads its last "
+               "batch with masked rows; eval batch = train batch; metrics stay on the device until the end of "
+               "an evaluation; linear decay without warm-up from 0",
+    "project-no-watch": "the project's loop with --watch_compilations false: what the watch costs",
+    "accelerate-example": "Accelerate's examples/nlp_example.py: dynamic padding (to the longest row); train 16, "
+                          "eval 32; ragged last batches in training and evaluation; 100 warm-up steps from a "
+                          "learning rate of 0; accuracy moved to the host after every eval batch (.item())",
+    "trainer": "transformers' Trainer as a user writes it: its default collator pads dynamically; eval batch 8 "
+               "(its default); ragged last batches; optim='adamw_torch' (its default fused AdamW fails on an XLA "
+               "device); logits gathered to the host for the accuracy",
+    "trainer-tpu-tuned": "the same Trainer with padding to max_seq_length, dataloader_drop_last=True and eval "
+                         "batch = train batch",
+}
+
 
 def _accelerator():
     precision.set_xla_variables("fp32")
@@ -35,19 +57,32 @@ def _accelerator():
 
 
 def eval_cell(cell: Cell, profile: Profile, cache_dir: str | None = None) -> dict:
-    """`evaluate` run `profile.eval_rounds` times; with cache_dir, over PyTorch/XLA's persistent cache."""
+    """Train `profile.grid_train_steps` fixed-shape steps, then `evaluate` `profile.eval_rounds` times with the cell.
+
+    With cache_dir, over PyTorch/XLA's persistent cache.
+    """
     if cache_dir:
         runtime.init_compilation_cache(cache_dir)  # before this process's first computation
     accelerator = _accelerator()
     device = accelerator.device
     config = workload.config_for(profile, eval_batch_size=cell.eval_batch_size, padding=cell.padding)
-    tokenizer, _, eval_examples = workload.demo_examples(config)
+    tokenizer, train_examples, eval_examples = workload.demo_examples(config)
     model = workload.build("demo", config, len(tokenizer))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.resolved_learning_rate(True))
+    fixed = batching.make_collator(tokenizer, "fixed", config.max_seq_length)
+    train_loader = batching.train_loader(train_examples, fixed, config.train_batch_size, config.seed)
     collator = batching.make_collator(tokenizer, cell.padding, config.max_seq_length)
     loader = batching.eval_loader(
         eval_examples, collator, cell.eval_batch_size, accelerator.num_processes, last_batch=cell.last_batch
     )
-    model, loader = accelerator.prepare(model, loader)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / 1000)
+    model, optimizer, train_loader, loader, scheduler = accelerator.prepare(
+        model, optimizer, train_loader, loader, scheduler
+    )
+    with runtime.counting_compilations() as trained:
+        for _, batch in zip(range(profile.grid_train_steps), workload.forever(train_loader), strict=False):
+            training.train_step(accelerator, model, optimizer, scheduler, batch)
+            runtime.sync(device, wait=True)
     times, compilations, totals = [], [], {}
     for _ in range(profile.eval_rounds):
         runtime.sync(device, wait=True)
@@ -61,8 +96,9 @@ def eval_cell(cell: Cell, profile: Profile, cache_dir: str | None = None) -> dic
         "cell": cell.id, "eval_batch_size": cell.eval_batch_size, "size": cell.size_label,
         "train_batch_size": config.train_batch_size, "last_batch": cell.last_batch, "padding": cell.padding,
         "project_default": cell.is_default, "device": runtime.device_kind(device),
-        "compilations": sum(compilations), "compile_seconds": totals["compile_seconds"],
-        "compilations_after_first_eval": sum(compilations[1:]),
+        "train_steps": profile.grid_train_steps, "train_compilations": trained["compilations"],
+        "eval_compilations": compilations[0], "compilations_after_first_eval": sum(compilations[1:]),
+        "eval_compile_seconds": totals["compile_seconds"],
         "first_eval_s": times[0], "steady_eval_s": statistics.median(times[1:]), "eval_wall_s": sum(times),
         "eval_rounds": len(times), "examples_counted": evaluation["eval_examples_counted"],
         "eval_set_size": len(eval_examples),
@@ -71,41 +107,63 @@ def eval_cell(cell: Cell, profile: Profile, cache_dir: str | None = None) -> dic
     }
 
 
-def compare_config(profile: Profile, output_dir: str) -> TrainConfig:
-    """The project's baked batch sizes and padding; demo data; the profile's length and epochs."""
+def compare_config(profile: Profile, output_dir: str, **overrides) -> TrainConfig:
+    """The project's baked batch sizes and padding; demo data; the profile's length, epochs and examples."""
     return workload.config_for(
         profile, num_epochs=profile.compare_epochs, max_train_examples=profile.compare_train_examples,
-        output_dir=output_dir, compilation_cache=True,
+        output_dir=output_dir, **overrides,
     )
 
 
-def project_loop(profile: Profile, output_dir: str) -> dict:
-    config = compare_config(profile, output_dir)
+def _result(loop: str, compilations, compile_seconds, recompilations, causes, steady_step_s, wall, **figures) -> dict:
+    return {
+        "loop": loop, "differences": LOOP_DIFFERENCES[loop], "compilations": compilations,
+        "compile_seconds": compile_seconds, "recompilations": recompilations,
+        "recompilation_causes": None if causes is None else "; ".join(f"{key} x{n}" for key, n in causes.items()) or "none",
+        "steady_step_s": steady_step_s, "wall_s": wall, **figures,
+    }
+
+
+def _watched(loop: str, watch, compiled: dict, wall: float, **figures) -> dict:
+    return _result(
+        loop, compiled["compilations"], compiled["compile_seconds"], watch.recompilations,
+        watch.recompilation_causes(), watch.steady_step_seconds(), wall, **figures,
+    )
+
+
+def project_loop(profile: Profile, output_dir: str, watch: bool = True) -> dict:
+    config = compare_config(profile, output_dir, watch_compilations=watch)
     started = time.perf_counter()
     report = training.training_function(config=config)
     wall = time.perf_counter() - started
-    cache = report["compilation_cache"] or {}
-    return {
-        "loop": "project", "device": report["device"], "train_batch_size": config.train_batch_size,
-        "eval_batch_size": config.eval_batch_size, "padding": config.padding, "epochs": config.num_epochs,
-        "train_examples": report["train_examples"], "compilations": report["xla_compilations"],
-        "compile_seconds": report["compile_seconds"], "wall_s": wall, "eval_accuracy": report["eval_accuracy"],
-        "cache_hits": cache.get("hits"), "cache_misses": cache.get("misses"),
-        "cache_read_failures": cache.get("read_failures"),
-    }
+    causes = report["graphs"]["recompilation_causes"] if watch else None
+    return _result(
+        "project" if watch else "project-no-watch", report["xla_compilations"], report["compile_seconds"],
+        report["recompilations"], causes, report["steady_step_seconds"], wall,
+        device=report["device"], epochs=config.num_epochs, train_examples=report["train_examples"],
+        eval_accuracy=report["eval_accuracy"], device_to_host_transfers=report["device_to_host_transfers"],
+        steady_examples_per_second=report["steady_examples_per_second"],
+    )
+
+
+def _watch(output_dir: str, padding: str):
+    """The project's graph watch for a loop that is not the project's (it never stops one)."""
+    analysis = graph_watch.enable_analysis(Path(output_dir) / "xla-compilations", 0)
+    return graph_watch.GraphWatch(padding, None, lambda message: None, analysis)
 
 
 def accelerate_example_loop(profile: Profile, output_dir: str) -> dict:
     """BASELINE, not the project's code: the loop of Accelerate's examples/nlp_example.py.
 
-    Dynamic padding (tokenizer.pad(padding="longest")), train 16 / eval 32, ragged last
-    batches, a linear schedule with 100 warm-up steps, and metrics moved to the host
-    every eval batch. Same data, model, length and epochs as `project_loop`.
+    Dynamic padding (to the longest row), train 16 / eval 32, ragged last batches, a linear schedule
+    with 100 warm-up steps, and metrics moved to the host every eval batch. The measurement adds only a
+    sync after each step (Accelerate's loader would cut the same graph at the next batch) and the watch.
     """
     from torch.utils.data import DataLoader
     from transformers import get_linear_schedule_with_warmup
 
     config = compare_config(profile, output_dir)
+    watch = _watch(output_dir, "dynamic")
     started = time.perf_counter()
     accelerator = _accelerator()
     with runtime.counting_compilations() as compiled:
@@ -121,26 +179,99 @@ def accelerate_example_loop(profile: Profile, output_dir: str) -> dict:
         lr_scheduler = get_linear_schedule_with_warmup(
             optimizer, EXAMPLE_WARMUP_STEPS, len(train_dataloader) * config.num_epochs
         )
-        for _ in range(config.num_epochs):
+        watch.start()
+        for epoch in range(config.num_epochs):
             model.train()
-            for batch in train_dataloader:
+            for step, batch in enumerate(train_dataloader, start=1):
                 loss = model(**batch).loss
                 accelerator.backward(loss)
                 optimizer.step()
                 lr_scheduler.step()
                 optimizer.zero_grad()
+                runtime.sync(accelerator.device)
+                watch.check("train", epoch, step, batch)
             model.eval()
             correct = counted = 0
-            for batch in eval_dataloader:
+            for step, batch in enumerate(eval_dataloader, start=1):
                 with torch.no_grad():
                     logits = model(**batch).logits
                 predictions, references = accelerator.gather_for_metrics((logits.argmax(dim=-1), batch["labels"]))
                 correct += (predictions == references).sum().item()  # per batch, on the host
                 counted += len(references)
-    return {
-        "loop": "accelerate-example", "device": runtime.device_kind(accelerator.device),
-        "train_batch_size": EXAMPLE_TRAIN_BATCH_SIZE, "eval_batch_size": EXAMPLE_EVAL_BATCH_SIZE,
-        "padding": "dynamic", "epochs": config.num_epochs, "train_examples": len(train_examples),
-        "compilations": compiled["compilations"], "compile_seconds": compiled["compile_seconds"],
-        "wall_s": time.perf_counter() - started, "eval_accuracy": correct / counted,
-    }
+                watch.check("eval", epoch, step, batch)
+            watch.check("other", epoch)
+            watch.warmed_up("eval")
+            watch.warmed_up("other")
+    return _watched(
+        "accelerate-example", watch, compiled, time.perf_counter() - started,
+        device=runtime.device_kind(accelerator.device), epochs=config.num_epochs, train_examples=len(train_examples),
+        eval_accuracy=correct / counted,
+    )
+
+
+def trainer_loop(profile: Profile, output_dir: str, tuned: bool = False) -> dict:
+    """BASELINE, not the project's code: transformers' Trainer, as a user writes it or with its TPU settings."""
+    import numpy
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    config = compare_config(profile, output_dir)
+    padding = "fixed" if tuned else "dynamic"
+    watch = _watch(output_dir, padding)
+    started = time.perf_counter()
+    precision.set_xla_variables("fp32")
+    with runtime.counting_compilations() as compiled:
+        tokenizer, train_examples, eval_examples = workload.demo_examples(config)
+        model = workload.build("demo", config, len(tokenizer))
+        collator = batching.make_collator(tokenizer, padding, config.max_seq_length)
+        shapes = {}
+
+        def collate(rows):
+            # The batch shapes the watch reports: the loader prefetches, so they may lead by a batch or two.
+            batch = collator(rows)
+            shapes["batch"] = batch
+            return batch
+
+        class Watch(TrainerCallback):
+            epoch = 0
+            eval_step = 0
+
+            def on_train_begin(self, *args, **kwargs):
+                watch.start()
+
+            def on_epoch_begin(self, args, state, control, **kwargs):
+                self.epoch = round(state.epoch or 0)
+
+            def on_step_end(self, args, state, control, **kwargs):
+                watch.check("train", self.epoch, state.global_step, shapes.get("batch"))
+
+            def on_prediction_step(self, args, state, control, **kwargs):
+                self.eval_step += 1
+                watch.check("eval", self.epoch, self.eval_step, shapes.get("batch"))
+
+            def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+                shapes["metrics"] = metrics or {}
+                self.eval_step = 0
+                watch.check("other", self.epoch)
+                watch.warmed_up("eval")
+                watch.warmed_up("other")
+
+        def accuracy(prediction):
+            return {"accuracy": float((numpy.argmax(prediction.predictions, axis=-1) == prediction.label_ids).mean())}
+
+        arguments = TrainingArguments(
+            output_dir=output_dir, num_train_epochs=config.num_epochs, learning_rate=config.resolved_learning_rate(True),
+            per_device_train_batch_size=config.train_batch_size,
+            per_device_eval_batch_size=config.eval_batch_size if tuned else 8,
+            eval_strategy="epoch", save_strategy="no", logging_strategy="no", report_to=[], disable_tqdm=True,
+            optim="adamw_torch", seed=config.seed, dataloader_drop_last=tuned,
+        )
+        trainer = Trainer(
+            model=model, args=arguments, train_dataset=train_examples, eval_dataset=eval_examples,
+            data_collator=collate, compute_metrics=accuracy, callbacks=[Watch()],
+        )
+        trainer.train()  # evaluates after every epoch
+    return _watched(
+        "trainer-tpu-tuned" if tuned else "trainer", watch, compiled, time.perf_counter() - started,
+        device=runtime.device_kind(trainer.args.device), epochs=config.num_epochs, train_examples=len(train_examples),
+        eval_accuracy=shapes["metrics"].get("eval_accuracy"),
+    )

@@ -33,8 +33,11 @@ class Profile:
     timed_steps: int
     full_grid: bool
     eval_rounds: int  # the first evaluation compiles; the rest are steady
+    grid_train_steps: int  # each eval cell trains this many steps first, as a real run does
+    # The loop comparison: at least 2 epochs, and a training set that is not a multiple of the batch
+    # size (a ragged last batch), so that what each loop does with ragged batches and epochs shows.
     compare_epochs: int
-    compare_train_examples: int | None
+    compare_train_examples: int
 
     def precision_cases(self, modes) -> list[tuple[str, str]]:
         """(model, mode) pairs, fp32 first for each model: the other modes measure their drift from it."""
@@ -55,14 +58,14 @@ def _profiles() -> dict[str, Profile]:
     return {
         "quick": Profile(
             name="quick", precision_models=("demo", "mid"), larger_model_modes=("fp32", "model-cast"), batch_size=8,
-            max_seq_length=64, warmup_steps=3, timed_steps=5, full_grid=False, eval_rounds=3, compare_epochs=1,
-            compare_train_examples=32,
+            max_seq_length=64, warmup_steps=3, timed_steps=5, full_grid=False, eval_rounds=3, grid_train_steps=4,
+            compare_epochs=2, compare_train_examples=200,
         ),
         "full": Profile(
             name="full", precision_models=("demo", "bert-base"), larger_model_modes=None,
             batch_size=baked.train_batch_size,
             max_seq_length=baked.max_seq_length, warmup_steps=5, timed_steps=20, full_grid=True, eval_rounds=5,
-            compare_epochs=2, compare_train_examples=None,
+            grid_train_steps=5, compare_epochs=3, compare_train_examples=472,
         ),
     }
 

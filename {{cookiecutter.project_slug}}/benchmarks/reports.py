@@ -1,17 +1,65 @@
-"""Turn what the benchmarks recorded into a Markdown table, a PNG plot and a short summary.
+"""Turn what the benchmarks recorded into tables, one figure and a short summary.
 
-Generic on purpose: a record is a benchmark's group, name, outcome, pytest-benchmark
-median and `extra_info`. Every scalar of `extra_info` becomes a column of its group's
-table; `extra_info["headline"]` names the figure that is plotted and summarised
-(the benchmark's own median wall time otherwise).
+A record is a benchmark's group, name, outcome, pytest-benchmark median and `extra_info`.
+  results.md   every group, every scalar of `extra_info` as a column (the full data; the JSON has more);
+  summary.md   the README's view: for the groups in VIEWS, at most 8 columns that answer the group's
+               question, with the sentence those numbers support;
+  results.png  one figure: graphs per batching choice and per loop, precision, shared-model memory.
+`extra_info["headline"]` names the figure that the terminal summary prints.
 """
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
 MARKDOWN_NAME = "results.md"
+SUMMARY_NAME = "summary.md"
 PLOT_NAME = "results.png"
-HIDDEN = ("headline", "reason")  # the reason is shown in the status column
+HIDDEN = ("headline", "reason", "differences")  # the reason is in the status column, differences under the table
+MAX_COLUMNS = 8
+
+
+@dataclass(frozen=True)
+class View:
+    """A group as the README shows it: the columns that answer its question, and what they support."""
+
+    columns: tuple[str, ...]
+    says: str
+
+
+VIEWS = {
+    "recompilation: eval batching": View(
+        ("eval_batch_size", "last_batch", "padding", "eval_compilations", "graphs_added_over_default",
+         "examples_counted", "eval_set_size"),
+        "Graphs that each evaluation choice compiles in a run that first trained with batch 16, and how many it "
+        "adds over the project's default (eval batch = train batch, last batch padded with masked rows, fixed "
+        "length). Later evaluations compiled nothing in any row.",
+    ),
+    "recompilation: loops": View(
+        ("compilations", "recompilations", "compile_seconds", "steady_step_s", "wall_s", "compilations_vs_project",
+         "wall_vs_project"),
+        "Four training loops on the same model, data, length, epochs and learning rate, in float32, with a ragged "
+        "last training batch and an eval set that is not a multiple of 32: graphs compiled, those compiled after "
+        "warm-up (recompilations, found by the project's watch), compile and wall seconds, the steady step time "
+        "(median time between two steps that compiled nothing), and ratios to the project's loop.",
+    ),
+    "precision": View(
+        ("model", "mode", "graph_types", "step_median_s", "state_bytes", "loss_drift", "compilations"),
+        "What each bf16 mode puts in the graph (element types read from the lowered graph), the bytes of weights "
+        "and AdamW state as the device stores them (read from the graph's device data, not computed from dtypes), "
+        "the steady step time, and the loss drift from fp32 after the same steps. bf16 speed is a TPU property: "
+        "XLA:CPU computes bf16 matmuls in float32, so bf16 is not faster here.",
+    ),
+    "shared-model-memory": View(
+        ("workers", "per_worker_pss_bytes", "shared_fork_pss_bytes", "shared_pickled_pss_bytes",
+         "per_worker_over_shared_fork", "per_worker_over_shared_pickled"),
+        "Host memory (Pss summed over the launcher and its workers, at the peak) when every worker builds the model, "
+        "when the model is built once and forked, and when it is pickled to the workers as on a TPU runtime.",
+    ),
+    "recompilation: compilation cache": View(
+        ("cache_hits", "cache_misses", "cache_read_failures", "cold_cache_misses"),
+        "PyTorch/XLA's persistent compilation cache read back by a second run of the default evaluation.",
+    ),
+}
 
 
 @dataclass
@@ -102,28 +150,100 @@ def markdown(records, title: str) -> str:
     return "\n".join(lines)
 
 
+def view_markdown(records, title: str) -> str:
+    """The README's tables: the groups in VIEWS, their chosen columns, the sentence they support."""
+    lines = [f"# {title}", ""]
+    groups = _groups(records)
+    for group, view in VIEWS.items():
+        if group not in groups:
+            continue
+        members = groups[group]
+        rows = [flatten(record.extra_info) for record in members]
+        columns = [key for key in view.columns if any(key in row for row in rows)][: MAX_COLUMNS - 1]
+        lines += [f"## {group}", "", view.says, ""]
+        header = ["benchmark", *columns]
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for record, row in zip(members, rows, strict=True):
+            name = record.name if record.status == "ok" else f"{record.name} ({record.status})"
+            lines.append("| " + " | ".join([name, *(format_value(key, row.get(key)) for key in columns)]) + " |")
+        differences = [(record.name, record.extra_info["differences"]) for record in members
+                       if record.extra_info.get("differences")]
+        if differences:
+            lines += ["", "How the loops differ (everything else is the same):", ""]
+            lines += [f"- **{name}**: {text}." for name, text in differences]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _bar_panel(axis, labels, values, title, unit, marked=()):
+    colours = ["tab:orange" if index in marked else "tab:blue" for index in range(len(labels))]
+    axis.barh(labels, values, color=colours)
+    for index, value in enumerate(values):
+        axis.annotate(f"{value:.3g}", (value, index), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
+    axis.set_title(title, fontsize=10)
+    axis.set_xlabel(unit)
+    axis.set_xlim(left=0, right=(max(values) or 1) * 1.25)
+    axis.invert_yaxis()
+
+
 def plot(records, path: Path) -> Path:
-    """One horizontal bar chart per group, of each benchmark's headline figure."""
+    """One figure: graphs per batching choice and per loop, precision, and shared-model memory.
+
+    A panel appears only when its benchmarks ran; nothing that is constant across its rows is drawn.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     groups = _groups(records)
-    heights = [max(2.0, 0.35 * len(members) + 1.2) for members in groups.values()]
-    figure, axes = plt.subplots(len(groups), 1, figsize=(10, sum(heights)), height_ratios=heights, squeeze=False)
-    for axis, (group, members) in zip(axes[:, 0], groups.items(), strict=True):
-        names = [record.name for record in members]
-        values = [record.headline if isinstance(record.headline, (int, float)) else 0 for record in members]
-        colours = ["tab:blue" if record.status == "ok" else "tab:red" for record in members]
-        axis.barh(names, values, color=colours)
-        for index, record in enumerate(members):
-            label = format_value(record.headline_key, record.headline) if record.status == "ok" else record.status
-            axis.annotate(label, (values[index], index), xytext=(3, 0), textcoords="offset points", va="center")
-        keys = sorted({record.headline_key for record in members})
-        axis.set_title(f"{group}: {', '.join(keys)}")
-        axis.set_xlim(left=0)
-        axis.invert_yaxis()
+    ok = {group: [r for r in members if r.status == "ok"] for group, members in groups.items()}
+    panels = []
+    cells = ok.get("recompilation: eval batching", [])
+    if cells:
+        labels = [f"{r.extra_info.get('eval_batch_size')}/{r.extra_info.get('last_batch')}/{r.extra_info.get('padding')}"
+                  + (" (default)" if r.extra_info.get("project_default") else "") for r in cells]
+        marked = [i for i, r in enumerate(cells) if r.extra_info.get("project_default")]
+        panels.append(lambda axis: _bar_panel(
+            axis, labels, [r.extra_info.get("eval_compilations") or 0 for r in cells],
+            "graphs compiled by the first evaluation (eval batch/last batch/padding)", "graphs", marked))
+    loops = ok.get("recompilation: loops", [])
+    if loops:
+        marked = [i for i, r in enumerate(loops) if r.extra_info.get("loop") == "project"]
+        panels.append(lambda axis: _bar_panel(
+            axis, [r.extra_info.get("loop", r.name) for r in loops], [r.extra_info.get("compilations") or 0 for r in loops],
+            "graphs compiled by a whole run, per training loop", "graphs", marked))
+    precision = [r for r in ok.get("precision", []) if r.extra_info.get("model") == "demo"]
+    if precision:
+        modes = [r.extra_info.get("mode", r.name) for r in precision]
+        for key, title, unit, scale in (
+            ("step_median_s", "step time on XLA:CPU (bf16 speed is a TPU property)", "s", 1),
+            ("state_bytes", "weights + AdamW state as stored (from the graph)", "MiB", 2**-20),
+            ("loss_drift", "loss drift from fp32", "|loss - fp32 loss|", 1),
+        ):
+            values = [(r.extra_info.get(key) or 0) * scale for r in precision]
+            if len(set(values)) > 1:  # no chart of a constant
+                panels.append(lambda axis, v=values, t=title, u=unit: _bar_panel(axis, modes, v, f"precision: {t}", u))
+    memory = ok.get("shared-model-memory", [])
+    if memory:
+        def memory_panel(axis):
+            workers = [r.extra_info["workers"] for r in memory]
+            for key, label in (("per_worker_pss_bytes", "built in each worker"), ("shared_fork_pss_bytes", "shared by fork"),
+                               ("shared_pickled_pss_bytes", "shared by pickling (TPU runtime)")):
+                axis.plot(workers, [r.extra_info[key] / 2**20 for r in memory], marker="o", label=label)
+            axis.set_title("host memory at the peak, launcher + workers", fontsize=10)
+            axis.set_xlabel("workers")
+            axis.set_ylabel("MiB (Pss)")
+            axis.set_xticks(workers)
+            axis.legend(fontsize=8)
+        panels.append(memory_panel)
+    columns = 2
+    rows = max(1, -(-len(panels) // columns))
+    figure, axes = plt.subplots(rows, columns, figsize=(14, 3.6 * rows), squeeze=False)
+    for axis, draw in zip(axes.flat, panels, strict=False):
+        draw(axis)
+    for axis in list(axes.flat)[len(panels):]:
+        axis.axis("off")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
@@ -146,4 +266,6 @@ def write(records, folder: Path, title: str) -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     table = folder / MARKDOWN_NAME
     table.write_text(markdown(records, title) + "\n")
-    return {"table": table, "plot": plot(records, folder / PLOT_NAME)}
+    view = folder / SUMMARY_NAME
+    view.write_text(view_markdown(records, title) + "\n")
+    return {"table": table, "summary": view, "plot": plot(records, folder / PLOT_NAME)}

@@ -1,11 +1,14 @@
 """Each precision mode on each model, in its own process: step time, compilations, bytes,
 graph element types and the drift of the loss from fp32 after K steps.
 
-A mode whose graph lacks the types it promises is reported as failed (extra_info
-status and reason), not timed and not skipped; only fp32, the reference, must work.
+A mode whose graph lacks the types it promises is reported as failed (extra_info status and
+reason) and never timed: the test then fails where REQUIRE_XLA=1 (CI, the README's command) and is
+skipped with that reason elsewhere; fp32, the reference, must always work.
 The quick profile runs every mode on the demo model and fp32 and model-cast on the
 larger one; the full profile runs every mode on both.
 """
+
+import os
 
 import pytest
 
@@ -39,10 +42,12 @@ def test_precision_mode(benchmark, profile, precision_runs, model_name, mode_nam
     )
     precision_runs[(mode_name, model_name)] = result
     benchmark.extra_info.update(result, headline="step_median_s")
-    if mode_name == "fp32":
-        assert result["status"] == "ok", result.get("reason")
     if result["status"] != "ok":
-        return
+        # Unavailable only with a reason; where the XLA path is required (CI, the README's command), a failure.
+        message = f"{mode_name} on {model_name} did not reach the graph: {result.get('reason')}"
+        if mode_name == "fp32" or os.environ.get("REQUIRE_XLA") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
     assert result["steady_compilations"] == 0, "a timed step compiled: the timing is not steady-state"
     assert result["compilations"] >= 1 and result["step_median_s"] > 0
     assert result["state_bytes"] > 0

@@ -1,9 +1,10 @@
 """The benchmark suite's own logic: grid, profiles, element-type check, counters, isolation, reports, memory.
 
-Cheap on purpose: only two tests touch an XLA device, each in a child process for a few seconds.
+Cheap on purpose: only the tests marked xla touch an XLA device, each in a child process for a few seconds.
 """
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -114,13 +115,29 @@ def test_check_names_what_did_not_reach_the_graph(mode, probe, matmuls, says):
     assert says in graph_types.check(graph_types.MODES[mode], probe, matmuls)
 
 
-def test_device_bytes_follow_the_lowered_width():
-    import torch
+GRAPH_BYTES = """
+import json, os, sys
+os.environ["XLA_USE_BF16"] = sys.argv[1]
+import torch, torch_xla
+from benchmarks import graph_types
+device = torch_xla.device()
+tensors = [torch.zeros(10, 10).to(device), torch.zeros(5, dtype=torch.float64).to(device),
+           torch.zeros(4, dtype=torch.int64).to(device)]
+torch_xla.sync()
+print(json.dumps([graph_types.graph_bytes(tensors), [str(tensor.dtype) for tensor in tensors]]))
+"""
 
-    tensors = [torch.zeros(10, 10), torch.zeros(5, dtype=torch.float64), torch.zeros(4, dtype=torch.int64)]
-    assert graph_types.device_bytes(tensors, ("f32", "f64")) == 400 + 40 + 32
-    assert graph_types.device_bytes(tensors, ("bf16", "f32")) == 200 + 20 + 32
-    assert graph_types.device_bytes([torch.zeros(3, dtype=torch.bfloat16)], ("f32", "f64")) == 6
+
+@pytest.mark.xla
+@pytest.mark.parametrize(("use_bf16", "expected"), [("0", 400 + 40 + 32), ("1", 200 + 10 + 32)])
+def test_graph_bytes_are_read_from_the_device_types_not_the_torch_dtype(use_bf16, expected):
+    """Under XLA_USE_BF16 float32 and float64 are stored as bf16 while torch still says float32 and float64."""
+    result = subprocess.run([sys.executable, "-c", GRAPH_BYTES, use_bf16], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PJRT_DEVICE": "CPU"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    found, dtypes = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found == expected
+    assert dtypes == ["torch.float32", "torch.float64", "torch.int64"]
 
 
 # Isolation and the compile counters -----------------------------------------------------------
@@ -205,9 +222,29 @@ def test_summary_names_each_headline_and_failure():
     assert any("fork-2" in line and "wall_s=9.5" in line for line in lines)
 
 
+def test_readme_view_keeps_at_most_eight_columns_and_lists_the_loop_differences():
+    figures = {"compilations": 4, "recompilations": 0, "compile_seconds": 5.2, "steady_step_s": 0.05, "wall_s": 7.0,
+               "compilations_vs_project": 1.0, "wall_vs_project": 1.0, "eval_accuracy": 0.5, "device": "xla:CPU"}
+    loops = [
+        reports.Record("recompilation: loops", "test_project_loop", "passed", 7.0,
+                       {**figures, "loop": "project", "differences": "fixed padding"}),
+        reports.Record("recompilation: loops", "test_accelerate_example_loop", "passed", 30.0,
+                       {**figures, "loop": "accelerate-example", "compilations": 33, "differences": "dynamic padding"}),
+    ]
+    text = reports.view_markdown([*records(), *loops], "Benchmark results")
+    (header,) = [line for line in text.splitlines() if line.startswith("| benchmark") and "compilations" in line]
+    assert header == ("| benchmark | compilations | recompilations | compile_seconds | steady_step_s | wall_s | "
+                      "compilations_vs_project | wall_vs_project |")
+    assert "| test_accelerate_example_loop | 33 | 0 | 5.2 | 0.05 | 7 | 1 | 1 |" in text
+    assert "- **test_project_loop**: fixed padding." in text and "eval_accuracy" not in text
+    assert reports.VIEWS["recompilation: loops"].says in text
+    assert "shared model memory" not in text  # a group without a view stays in results.md only
+
+
 def test_write_produces_the_table_and_a_png(tmp_path):
     written = reports.write(records(), tmp_path / "results", "Benchmark results")
     assert written["table"].read_text().startswith("# Benchmark results")
+    assert written["summary"].read_text().startswith("# Benchmark results")
     assert written["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -43,6 +43,10 @@ def test_default_demo_compiles_only_warm_up_graphs_each_named(demo_report):
         assert graph["batch_shapes"]["input_ids"][1] == report["config"]["max_seq_length"]
         assert graph["compile_seconds"] > 0 and graph["cause"], graph
     assert max(graph["step"] for graph in graphs_of(report, "train")) <= 3  # the training warm-up
+    # Exactly 3: the first step, the first step with optimizer state (the steady step from then on), and the
+    # evaluation step. No graph for a host read of the attention mask (modeling.ATTENTION builds it in the graph).
+    assert [graph["phase"] for graph in watched["graphs"]] == ["train", "train", "eval"]
+    assert report["device_to_host_transfers"] == 3 * report["epochs"]  # the loss and the two eval sums, per epoch
 
 
 def test_dynamic_padding_recompiles_and_says_why_once(tmp_path):
@@ -68,11 +72,13 @@ def test_the_limit_stops_the_run_at_the_first_recompilation(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_an_eval_batch_size_unlike_the_train_size_adds_a_warm_up_eval_graph(run_training):
+def test_an_eval_batch_size_unlike_the_train_size_compiles_its_eval_graph_in_warm_up(run_training):
     same, _ = run_training(*args("--mixed_precision", "no"))
     other, _ = run_training(*args("--eval_batch_size", "24", "--mixed_precision", "no"))
     assert same["recompilations"] == other["recompilations"] == 0
-    assert len(graphs_of(other, "eval")) == len(graphs_of(same, "eval")) + 1
+    # Evaluation has its own graph at any size: another size costs no extra graph.
+    assert len(graphs_of(other, "eval")) == len(graphs_of(same, "eval")) == 1
+    assert other["eval_examples_counted"] == same["eval_examples_counted"] == 120  # 24 divides 120: no padded rows
     assert all(graph["warmup"] for graph in graphs_of(other, "eval"))
     assert {tuple(graph["batch_shapes"]["input_ids"]) for graph in graphs_of(other, "eval")} == {(24, 64)}
 

@@ -276,6 +276,7 @@ def test_ci_runs_the_tests_on_the_xla_cpu_device():
 def test_benchmark_workflow_uploads_the_json_it_writes():
     path = PROJECT / ".github" / "workflows" / "benchmarks.yml"
     (benchmark,) = [argv for argv in workflow_commands(path) if "benchmarks" in argv]
+    assert "REQUIRE_XLA=1" in benchmark  # a suite that cannot reach XLA fails instead of skipping
     json_path = benchmark[benchmark.index("--benchmark-json") + 1]
     steps = yaml.safe_load(path.read_text(encoding="utf-8"))["jobs"]["quick"]["steps"]
     (upload,) = [step for step in steps if step.get("uses", "").startswith("actions/upload-artifact")]

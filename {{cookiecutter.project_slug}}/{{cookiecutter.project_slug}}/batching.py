@@ -92,12 +92,3 @@ def eval_loader(examples, collator, batch_size: int, num_processes: int, last_ba
         MaskedPadding(examples, length), batch_size=batch_size, shuffle=False, collate_fn=collator,
         drop_last=last_batch == "drop",
     )
-
-
-def eval_batch_size_warning(train_batch_size: int, eval_batch_size: int) -> str | None:
-    if train_batch_size == eval_batch_size:
-        return None
-    return (
-        f"eval_batch_size={eval_batch_size} differs from train_batch_size={train_batch_size}: XLA compiles at least "
-        "one more graph for it, and on a TPU reallocates device memory for the new shape."
-    )

@@ -47,7 +47,7 @@ class TrainConfig:
     train_batch_size: int = field(default={{ cookiecutter.train_batch_size }}, metadata={"help": "Per process."})
     eval_batch_size: int = field(
         default={{ cookiecutter.eval_batch_size }},
-        metadata={"help": "Per process. A size unlike the train size costs an extra XLA compilation."},
+        metadata={"help": "Per process. Evaluation compiles one graph of its own at any size (its last batch is padded)."},
     )
     max_seq_length: int = {{ cookiecutter.max_seq_length }}
     padding: str = field(default="fixed", metadata={"help": "fixed (one shape), buckets, or dynamic (recompiles)."})

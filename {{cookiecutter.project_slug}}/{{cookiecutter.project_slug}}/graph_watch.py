@@ -14,6 +14,8 @@ block per compilation, which the watch reads as it goes.
 
 import os
 import re
+import statistics
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -46,6 +48,7 @@ class Graph:
     warmup: bool
     cause: str | None = None
     frame: str | None = None
+    why: str | None = None  # for a recompilation: the kind of cause ("shape", "host read at ...")
 
 
 @dataclass
@@ -109,6 +112,8 @@ class GraphWatch:
     _warm: dict = field(default_factory=lambda: {"eval": True, "other": True})
     _last_shapes: dict = field(default_factory=dict)
     _said: set = field(default_factory=set)
+    _last_step: tuple | None = None  # (epoch, time) of the last training step
+    _step_seconds: list = field(default_factory=list)
 
     def start(self) -> None:
         """From here on every new graph is the loop's (the precision check and set-up came before)."""
@@ -118,9 +123,10 @@ class GraphWatch:
     def check(self, phase: str, epoch: int, step: int | None = None, batch=None) -> None:
         """Look for graphs compiled since the last check; call after the step's sync."""
         shapes = batch_shapes(batch) if batch is not None else None
+        new = (compilations_so_far() or 0) - self._count
         if phase == "train":
             self._train_steps += 1
-        new = (compilations_so_far() or 0) - self._count
+            self._time_step(epoch, new)
         if new <= 0:
             if shapes:
                 self._last_shapes[phase] = shapes
@@ -130,26 +136,48 @@ class GraphWatch:
         analyses = self._analyses()
         fresh, self._read = analyses[self._read:self._read + new], self._read + new
         warmup = self._train_steps <= WARMUP_TRAIN_STEPS if phase == "train" else self._warm[phase]
+        what, kind = (None, None) if warmup else self._explain(phase, shapes, fresh[0] if fresh else None)
         for index in range(new):
             analysis = fresh[index] if index < len(fresh) else None
             self.graphs.append(Graph(
                 len(self.graphs) + 1, phase, epoch + 1, step, seconds[index] if seconds else None, shapes, warmup,
-                analysis.cause if analysis else None, analysis.frame if analysis else None,
+                analysis.cause if analysis else None, analysis.frame if analysis else None, kind,
             ))
-        if not warmup:
-            self._recompiled(new, phase, epoch, step, shapes, fresh[0] if fresh else None)
         if shapes:
             self._last_shapes[phase] = shapes
+        if not warmup:
+            self._recompiled(new, phase, epoch, step, what, kind)
+
+    def steady_step_seconds(self) -> float | None:
+        """Median time between two training steps of one epoch that compiled nothing, after warm-up."""
+        return statistics.median(self._step_seconds) if self._step_seconds else None
+
+    def _time_step(self, epoch: int, new: int) -> None:
+        # The steps are asynchronous, so one interval is not one step's time; their median is, in steady state.
+        now = time.perf_counter()
+        if self._last_step and self._last_step[0] == epoch and not new and self._train_steps > WARMUP_TRAIN_STEPS + 1:
+            self._step_seconds.append(now - self._last_step[1])
+        self._last_step = (epoch, now)
 
     def warmed_up(self, phase: str) -> None:
         """The first evaluation (phase "eval") or the first epoch (phase "other") is over."""
         self._warm[phase] = False
+
+    def recompilation_causes(self) -> dict:
+        """{phase: kind of cause: graphs} over the recompilations."""
+        causes = {}
+        for graph in self.graphs:
+            if not graph.warmup:
+                key = f"{graph.phase}: {graph.why}"
+                causes[key] = causes.get(key, 0) + 1
+        return causes
 
     def report(self) -> dict:
         return {
             "compiled": len(self.graphs),
             "warmup": sum(graph.warmup for graph in self.graphs),
             "recompilations": self.recompilations,
+            "recompilation_causes": self.recompilation_causes(),
             "causes_from": "torch_xla analysis (PT_XLA_DEBUG_LEVEL=1)" if self.analysis_file else None,
             "graphs": [asdict(graph) for graph in self.graphs],
         }
@@ -159,10 +187,9 @@ class GraphWatch:
             return []
         return parse_analyses(self.analysis_file.read_text(errors="replace"))
 
-    def _recompiled(self, new, phase, epoch, step, shapes, analysis) -> None:
+    def _recompiled(self, new, phase, epoch, step, what, kind) -> None:
         self.recompilations += new
         where = f"epoch {epoch + 1} {phase} step {step}" if step else f"epoch {epoch + 1}, after the {phase} steps"
-        what, kind = self._explain(phase, shapes, analysis)
         message = f"{where}: new {phase} graph ({self.recompilations} recompilation(s) so far): {what}"
         if self.max_recompilations is not None and self.recompilations > self.max_recompilations:
             raise RecompilationLimit(f"{message} (stopped: --max_recompilations {self.max_recompilations})")

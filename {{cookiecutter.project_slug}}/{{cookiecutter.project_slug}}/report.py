@@ -4,7 +4,8 @@ import json
 from pathlib import Path
 
 FIELDS = (
-    "device", "distributed_type", "num_processes", "epochs", "train_examples", "examples_per_second", "learning_rate",
+    "device", "distributed_type", "num_processes", "epochs", "train_examples", "steady_examples_per_second",
+    "examples_per_second_with_compilation", "learning_rate",
     "eval_accuracy", "eval_loss", "eval_examples_counted", "xla_compilations", "recompilations", "compile_seconds",
     "compilation_cache", "precision", "data", "checkpoint",
 )

@@ -88,9 +88,6 @@ def _train(accelerator, model, config: TrainConfig, precision_report, analysis_f
     if precision.uses_model_cast(precision_report):
         model = model.to(torch.bfloat16)
         _say(accelerator, f"precision: {precision_report.verified}")
-    warning = batching.eval_batch_size_warning(config.train_batch_size, config.eval_batch_size)
-    if warning:
-        _say(accelerator, f"warning: {warning}")
 
     collator = batching.make_collator(tokenizer, config.padding, config.max_seq_length)
     train_loader = batching.train_loader(train_examples, collator, config.train_batch_size, config.seed)
@@ -137,6 +134,7 @@ def _train(accelerator, model, config: TrainConfig, precision_report, analysis_f
     metric_dtype = precision.metric_dtype(precision_report)
     device = accelerator.device
     trained, seconds, evaluation, saved, compiled_by_epoch = 0, 0.0, {}, None, []
+    steady = {"examples": 0, "seconds": 0.0}  # epochs after this run's first, compile time taken out
     # This run's first and last optimizer steps (a resumed run starts where its checkpoint stopped).
     learning_rate = {"optimizer_steps": optimizer_steps, "first_step": scheduler.get_last_lr()[0], "last_step": None}
     watch = None
@@ -149,12 +147,16 @@ def _train(accelerator, model, config: TrainConfig, precision_report, analysis_f
         # Through Accelerate's loader, not the sampler: on every pass it re-applies its own epoch
         # counter to the sampler, and that counter restarts at 0 in a resumed run.
         train_loader.set_epoch(epoch)
-        started = time.perf_counter()
+        started, compiling = time.perf_counter(), runtime.compile_counts().compile_seconds or 0.0
         train_loss, learning_rate["last_step"] = _train_epoch(
             accelerator, model, optimizer, scheduler, train_loader, metric_dtype, epoch, config, watch
         )
-        seconds += time.perf_counter() - started
-        trained += steps_per_epoch * config.train_batch_size * accelerator.num_processes
+        elapsed = time.perf_counter() - started
+        examples = steps_per_epoch * config.train_batch_size * accelerator.num_processes
+        seconds, trained = seconds + elapsed, trained + examples
+        if epoch > first_epoch:
+            steady["examples"] += examples
+            steady["seconds"] += elapsed - ((runtime.compile_counts().compile_seconds or 0.0) - compiling)
         evaluation = evaluate(accelerator, model, eval_loader, metric_dtype, watch, epoch)
         if watch:
             watch.check("other", epoch)  # the epoch's reductions and reads
@@ -181,7 +183,10 @@ def _train(accelerator, model, config: TrainConfig, precision_report, analysis_f
         "recompilations": watch.recompilations if watch else None,
         "graphs": watch.report() if watch else None,
         "train_examples": len(train_examples),
-        "examples_per_second": trained / seconds if seconds else None,
+        # Everything, compilation included: on a short run mostly compilation. The steady figure is the speed.
+        "examples_per_second_with_compilation": trained / seconds if seconds else None,
+        "steady_examples_per_second": steady["examples"] / steady["seconds"] if steady["seconds"] > 0 else None,
+        "steady_step_seconds": watch.steady_step_seconds() if watch else None,
         # Host-side floats: the scheduler lives on the host, reading it costs no device transfer.
         "learning_rate": {**learning_rate, "after_training": scheduler.get_last_lr()[0]},
         **evaluation,
