@@ -31,6 +31,7 @@ EXPECTED = {
     **{f"test_eval_cell[{cell}]": "recompilation: eval batching" for cell in GRID},
     **{name: "recompilation: loops" for name in LOOPS},
     "test_compilation_cache_warm_run": "recompilation: compilation cache",
+    "test_step_checkpoint_cost": "checkpoints",
 }
 COPIED = ("quick.json", "results.md", "summary.md", "results.png")
 
@@ -61,6 +62,8 @@ def test_quick_profile(baked_default, summary):
     check_eval_batching({cell: info[f"test_eval_cell[{cell}]"] for cell in GRID})
     check_precision({case: info[f"test_precision_mode[{case}]"] for case in PRECISION})
     check_loops({loop: info[name] for name, loop in LOOPS.items()})
+    saving = info["test_step_checkpoint_cost"]
+    assert saving["compilations"] == saving["compilations_epochs_only"] and saving["seconds_per_save"] > 0
     view = (out / "summary.md").read_text()
     for line in view.splitlines():
         if line.startswith("| benchmark"):

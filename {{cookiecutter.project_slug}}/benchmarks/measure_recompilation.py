@@ -131,8 +131,8 @@ def _watched(loop: str, watch, compiled: dict, wall: float, **figures) -> dict:
     )
 
 
-def project_loop(profile: Profile, output_dir: str, watch: bool = True) -> dict:
-    config = compare_config(profile, output_dir, watch_compilations=watch)
+def project_loop(profile: Profile, output_dir: str, watch: bool = True, **overrides) -> dict:
+    config = compare_config(profile, output_dir, watch_compilations=watch, **overrides)
     started = time.perf_counter()
     report = training.training_function(config=config)
     wall = time.perf_counter() - started
@@ -141,8 +141,10 @@ def project_loop(profile: Profile, output_dir: str, watch: bool = True) -> dict:
         "project" if watch else "project-no-watch", report["xla_compilations"], report["compile_seconds"],
         report["recompilations"], causes, report["steady_step_seconds"], wall,
         device=report["device"], epochs=config.num_epochs, train_examples=report["train_examples"],
+        train_batch_size=config.train_batch_size,
         eval_accuracy=report["eval_accuracy"], device_to_host_transfers=report["device_to_host_transfers"],
         steady_examples_per_second=report["steady_examples_per_second"],
+        checkpoints_written=report["checkpoints_written"], checkpoint_seconds=report["checkpoint_seconds"],
     )
 
 

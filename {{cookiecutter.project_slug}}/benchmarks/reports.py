@@ -55,6 +55,13 @@ VIEWS = {
         "Host memory (Pss summed over the launcher and its workers, at the peak) when every worker builds the model, "
         "when the model is built once and forked, and when it is pickled to the workers as on a TPU runtime.",
     ),
+    "checkpoints": View(
+        ("save_steps", "checkpoints_written", "seconds_per_save", "step_s_with_step_saves", "step_s_epoch_saves_only",
+         "step_time_with_over_without", "compilations"),
+        "The project's loop with a checkpoint after each epoch, then also every few steps, one run after the other: "
+        "what one save takes, the step time amortised over the epochs after the first (saves included, compile "
+        "time taken out) with and without the step checkpoints, and the graphs compiled (the same in both runs).",
+    ),
     "recompilation: compilation cache": View(
         ("cache_hits", "cache_misses", "cache_read_failures", "cold_cache_misses"),
         "PyTorch/XLA's persistent compilation cache read back by a second run of the default evaluation.",

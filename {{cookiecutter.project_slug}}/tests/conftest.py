@@ -118,10 +118,13 @@ if os.environ.get("TEST_ONLY_MAIN_SEES_NO_HUB"):
 
 def recording(accelerator, model, optimizer, scheduler, batch):
     rates.append(optimizer.param_groups[0]["lr"])
-    return original(accelerator, model, optimizer, scheduler, batch)
+    loss = original(accelerator, model, optimizer, scheduler, batch)
+    Path(record, f"stepped-{os.environ.get('RANK', '0')}").touch()  # a test may wait for the first step
+    return loss
 
 def run(model, config):
     rank = int(os.environ.get("RANK", "0"))
+    Path(record, f"pid-{rank}").write_text(str(os.getpid()))
     if hosts:
         os.chdir(json.loads(hosts)[rank])
     try:
@@ -142,22 +145,31 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def workers_command(folder, processes: int, *args, hosts=None):
+    """(command, folder where each process records its pid and learning rates, output_dir) of a gloo run."""
+    record = folder / "learning-rates"
+    record.mkdir(parents=True, exist_ok=True)
+    output = "outputs" if hosts else str(folder / "outputs")
+    places = json.dumps([str(host) for host in hosts]) if hosts else ""
+    command = python_code(WORKERS, str(processes), str(free_port()), str(record), places, "--output_dir", output, *args)
+    return command, record
+
+
+def recorded_rates(record) -> dict:
+    return {int(path.stem.split("-")[1]): json.loads(path.read_text()) for path in record.glob("process-*.json")}
+
+
 def train_in_workers(folder, processes: int, *args, hosts=None, check=True):
     """Train in `processes` forked gloo workers; return (report or None, process, learning rates per process).
 
     Without `hosts`, output_dir is folder/outputs, shared by every worker. With `hosts` (one folder per
     process), output_dir is the relative "outputs": each worker has its own, like hosts with local disks.
     """
-    record = folder / "learning-rates"
-    record.mkdir(parents=True, exist_ok=True)
-    output = "outputs" if hosts else str(folder / "outputs")
-    places = json.dumps([str(host) for host in hosts]) if hosts else ""
-    command = python_code(WORKERS, str(processes), str(free_port()), str(record), places, "--output_dir", output, *args)
+    command, record = workers_command(folder, processes, *args, hosts=hosts)
     result = run(command, env=child_env(xla=False), check=check)
     report_file = (Path(hosts[0]) if hosts else folder) / "outputs" / "report.json"
     report = json.loads(report_file.read_text()) if report_file.exists() else None
-    rates = {int(path.stem.split("-")[1]): json.loads(path.read_text()) for path in record.glob("process-*.json")}
-    return report, result, rates
+    return report, result, recorded_rates(record)
 
 
 @pytest.fixture(scope="session")

@@ -126,3 +126,47 @@ def test_a_save_that_another_host_cannot_see_stops_every_process(tmp_path):
     assert not (first / "outputs" / "checkpoints" / "LATEST").exists()
     assert not list((first / "outputs" / "checkpoints").glob(".epoch-*.partial"))
     assert len(rates[0]) == len(rates[1]) == 96 // 32  # both trained the epoch, then both stopped
+
+
+# As tests/test_resume.py's run: 4 steps per epoch per process, so that a signal lands inside an epoch.
+SMALL = ["--demo", "true", "--max_seq_length", "32", "--max_train_examples", "64", "--num_epochs", "2",
+         "--train_batch_size", "8", "--eval_batch_size", "8", "--mixed_precision", "no"]
+
+
+def test_sigterm_to_one_process_stops_every_process_at_one_step_and_resume_ends_as_uninterrupted(tmp_path):
+    """A preemption notice seen by one process: all agree on the step, one checkpoint, resume is exact."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    import torch
+    from conftest import PROJECT, child_env, recorded_rates, workers_command
+
+    reference, _, _ = train_in_workers(tmp_path / "uninterrupted", 2, *SMALL)
+    folder = tmp_path / "preempted"
+    command, record = workers_command(folder, 2, *SMALL)
+    driver = subprocess.Popen(command, cwd=PROJECT, env=child_env(xla=False), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 600
+    while not (record / "stepped-0").is_file() or not (record / "pid-1").is_file():
+        assert driver.poll() is None and time.monotonic() < deadline, driver.stdout.read()[-3000:]
+        time.sleep(0.05)
+    os.kill(int((record / "pid-1").read_text()), signal.SIGTERM)  # the notice reaches process 1 only
+    output, _ = driver.communicate(timeout=600)
+    assert driver.returncode != 0, output[-3000:]
+    assert "preempted (SIGTERM) at epoch 1" in output or "preempted (by another process) at epoch 1" in output, output[-3000:]
+    steps = {rank: len(used) for rank, used in recorded_rates(record).items()}
+    assert steps[0] == steps[1] and 1 <= steps[0] < 8, steps  # both stopped after the same step
+    checkpoints = folder / "outputs" / "checkpoints"
+    name = (checkpoints / "LATEST").read_text().strip()
+    assert name == f"step-{steps[0]}", name
+
+    resumed, result, _ = train_in_workers(folder, 2, *SMALL, "--resume", "true")
+    assert f"resume: continuing after epoch 0, step {steps[0]} of epoch 1" in result.stdout
+    for key in ("eval_accuracy", "eval_loss", "eval_examples_counted"):
+        assert resumed[key] == reference[key], key
+    found = torch.load(checkpoints / "epoch-2" / "pytorch_model.bin", weights_only=True)
+    expected = torch.load(tmp_path / "uninterrupted" / "outputs" / "checkpoints" / "epoch-2" / "pytorch_model.bin",
+                          weights_only=True)
+    assert all(torch.equal(found[name], expected[name]) for name in expected)

@@ -20,7 +20,8 @@ import pytest
 import torch
 from conftest import PROJECT, child_env, python_code, python_command, run
 
-from {{ cookiecutter.project_slug }}.checkpointing import LATEST, CheckpointProblem, check_writable
+from {{ cookiecutter.project_slug }}.checkpointing import LATEST, CheckpointProblem, check_writable, read_progress
+from {{ cookiecutter.project_slug }}.preemption import PREEMPTED_EXIT
 
 EPOCHS = 2
 # Tiny and quick, with 8 steps per epoch so that a kill in a step lands inside the epoch.
@@ -32,6 +33,7 @@ RUN = [
 RESUME = [*RUN, "--resume", "true"]
 WEIGHTS = "pytorch_model.bin"
 METRICS = ("eval_accuracy", "eval_loss", "eval_examples_counted")
+STEP_SHOWN = re.compile(rb"epoch (\d)/2:[^\r\n]*\| *(\d)/8 ")
 
 
 def latest(output) -> str | None:
@@ -52,7 +54,7 @@ def assert_same_weights(found, expected):
 def cli_with_save_state(body: str) -> str:
     """The training command line with Accelerate's save_state replaced by `body` (which may call `original`)."""
     return f"""
-import errno, runpy, sys, time
+import errno, os, runpy, sys, time
 import accelerate
 
 original, calls = accelerate.Accelerator.save_state, []
@@ -66,10 +68,13 @@ runpy.run_module("{{ cookiecutter.project_slug }}.cli", run_name="__main__", alt
 """
 
 
-# Every file of the checkpoint staged, nothing committed yet: long enough to be killed there.
+# Every file of the checkpoint staged, nothing committed yet: long enough to be signalled there.
+# TEST_PAUSE_FROM_SAVE: the first save that pauses (1: every one); TEST_PAUSE_SECONDS: how long.
 PAUSE_IN_SAVE = cli_with_save_state("""
+    calls.append(output_dir)
     saved = original(self, output_dir, **kwargs)
-    time.sleep(120)
+    if len(calls) >= int(os.environ.get("TEST_PAUSE_FROM_SAVE", "1")):
+        time.sleep(float(os.environ.get("TEST_PAUSE_SECONDS", "120")))
     return saved
 """)
 
@@ -100,8 +105,8 @@ class Watched:
     def text(self) -> str:
         return (bytes(self.stdout) + bytes(self.stderr)).decode(errors="replace")
 
-    def kill_when(self, ready, timeout=900, settle=0.0) -> str:
-        """SIGKILL the run as soon as ready() holds; fail if it ends first."""
+    def signal_when(self, ready, number, timeout=900, settle=0.0) -> tuple[int, str]:
+        """Send signal `number` as soon as ready() holds (fail if the run ends first); (exit status, output)."""
         deadline = time.monotonic() + timeout
         while not ready():
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -110,12 +115,24 @@ class Watched:
                 pytest.fail(f"the run ended before its kill point ({self.process.returncode}):\n{self.text()[-4000:]}")
             time.sleep(0.01)
         time.sleep(settle)
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait()
+        self.process.send_signal(number)
+        self.process.wait(timeout=600)
         for reader in self.readers:
             reader.join()
-        assert self.process.returncode == -signal.SIGKILL
-        return self.text()
+        return self.process.returncode, self.text()
+
+    def kill_when(self, ready, timeout=900, settle=0.0) -> str:
+        """SIGKILL the run as soon as ready() holds; fail if it ends first."""
+        code, text = self.signal_when(ready, signal.SIGKILL, timeout, settle)
+        assert code == -signal.SIGKILL
+        return text
+
+    def trained(self, epoch: int, step: int):
+        """A ready() for signal_when: the progress bar shows at least `step` steps of `epoch`."""
+        return lambda: any(
+            int(found_epoch) == epoch and int(found_step) >= step
+            for found_epoch, found_step in STEP_SHOWN.findall(bytes(self.stderr))
+        )
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +179,72 @@ def test_killed_three_times_resumes_to_the_uninterrupted_result(reference, tmp_p
     assert report["epochs_run"] == 1
     assert_same_weights(weights(checkpoints / "epoch-2"), weights(final))
     assert {name: report[name] for name in METRICS} == {name: expected[name] for name in METRICS}
+
+
+def resume_to_the_end(output, expected, final):
+    """Resume to the end: the same weights and metrics as the uninterrupted run."""
+    result = run(python_command("--output_dir", str(output), *RESUME))
+    report = json.loads((output / "report.json").read_text())
+    assert_same_weights(weights(output / "checkpoints" / f"epoch-{EPOCHS}"), weights(final))
+    assert {name: report[name] for name in METRICS} == {name: expected[name] for name in METRICS}
+    return result, report
+
+
+@pytest.mark.xla
+@pytest.mark.parametrize("point", ["early-in-epoch-1", "mid-epoch-2", "during-the-epoch-1-save"])
+def test_sigterm_stops_at_a_step_with_a_checkpoint_and_resume_ends_as_the_uninterrupted_run(reference, tmp_path, point):
+    """A preemption's SIGTERM: the step in flight finishes, a checkpoint is written, the exit status says so."""
+    final, expected = reference
+    output = tmp_path / "outputs"
+    if point == "during-the-epoch-1-save":
+        watched = Watched(output, RUN, pause_in_save=True, TEST_PAUSE_SECONDS="4")
+        staged = output / "checkpoints" / ".epoch-1.partial" / "random_states_0.pkl"
+        code, text = watched.signal_when(staged.is_file, signal.SIGTERM, settle=0.5)
+    else:
+        epoch, step = (1, 1) if point == "early-in-epoch-1" else (2, 4)
+        watched = Watched(output, RUN)
+        code, text = watched.signal_when(watched.trained(epoch, step), signal.SIGTERM)
+    assert code == PREEMPTED_EXIT, text[-4000:]
+    name = latest(output)
+    progress = read_progress(output / "checkpoints" / name)
+    (line,) = [line for line in text.splitlines() if line.startswith("stopped: ")]
+    assert line.startswith(f"stopped: preempted (SIGTERM) at epoch {progress['epochs_done'] + (progress['epoch_step'] > 0)} ")
+    assert line.endswith(f"checkpoint {output / 'checkpoints' / name} written; run again with --resume to continue "
+                         "from the next batch")
+    if point == "during-the-epoch-1-save":
+        assert (name, progress["epochs_done"], progress["epoch_step"]) == ("epoch-1", 1, 0)
+    else:
+        assert name == f"step-{progress['global_step']}"
+        assert progress["epochs_done"] == epoch - 1 and step <= progress["epoch_step"] < 8
+    result, report = resume_to_the_end(output, expected, final)
+    if progress["epoch_step"]:
+        assert f"step {progress['epoch_step']} of epoch {progress['epochs_done'] + 1}" in result.stdout
+
+
+@pytest.mark.xla
+def test_sigkill_during_a_step_checkpoint_keeps_the_previous_one(reference, tmp_path):
+    final, expected = reference
+    output = tmp_path / "outputs"
+    # Step checkpoints at steps 3 and 6; the second one is killed while staged.
+    saving = Watched(output, [*RUN, "--save_steps", "3"], pause_in_save=True, TEST_PAUSE_FROM_SAVE="2")
+    saving.kill_when((output / "checkpoints" / ".step-6.partial" / "random_states_0.pkl").is_file, settle=0.5)
+    assert latest(output) == "step-3"
+    assert read_progress(output / "checkpoints" / "step-3")["epoch_step"] == 3
+    result, _ = resume_to_the_end(output, expected, final)
+    assert "resume: continuing after epoch 0, step 3 of epoch 1" in result.stdout
+
+
+@pytest.mark.xla
+def test_step_checkpoints_add_no_graph_keep_the_newest_and_report_their_cost(reference, tmp_path):
+    _, expected = reference
+    output = tmp_path / "outputs"
+    run(python_command("--output_dir", str(output), *RUN, "--save_steps", "3", "--keep_checkpoints", "3"))
+    report = json.loads((output / "report.json").read_text())
+    assert report["xla_compilations"] == expected["xla_compilations"]  # the reference saves after epochs only
+    assert report["checkpoints_written"] == 16 // 3 + EPOCHS  # steps 3, 6, ..., 15 and both epochs
+    assert report["checkpoint_seconds"] > 0
+    assert {name: report[name] for name in METRICS} == {name: expected[name] for name in METRICS}
+    assert sorted(path.name for path in (output / "checkpoints").iterdir()) == [LATEST, "epoch-2", "step-12", "step-15"]
 
 
 def tmpfs(folder, size_bytes) -> bool:

@@ -1,4 +1,4 @@
-"""Epoch checkpoints that survive a kill at any moment.
+"""Checkpoints (after every epoch, and every N steps or M minutes) that survive a kill at any moment.
 
 Each checkpoint is written into a temporary folder and renamed into place only
 when complete; `LATEST` (replaced atomically) names the newest complete one. A
@@ -10,7 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .runtime import barrier, gather_objects, main_process_decides, where_am_i
+from .runtime import barrier, gather_objects, main_process_decides, uses_xla, where_am_i
 
 LATEST = "LATEST"
 PROGRESS = "progress.json"
@@ -87,10 +87,19 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
-def save_checkpoint(accelerator, output_dir, epoch: int, progress: dict) -> Path:
-    """Save Accelerate's full state after `epoch` (0-based) and make it the one to resume."""
+def checkpoint_name(progress: dict) -> str:
+    """epoch-N after a whole epoch, step-G (the global optimizer step) in the middle of one."""
+    return f"step-{progress['global_step']}" if progress["epoch_step"] else f"epoch-{progress['epochs_done']}"
+
+
+def save_checkpoint(accelerator, output_dir, progress: dict, keep: int = KEEP) -> Path:
+    """Save Accelerate's full state and `progress` (where in the run it stands) and make it the one to resume.
+
+    `progress` holds epochs_done (whole epochs), epoch_step (batches of the next epoch already trained) and
+    global_step; the newest `keep` checkpoints stay.
+    """
     root = checkpoint_root(output_dir)
-    name = f"epoch-{epoch + 1}"
+    name = checkpoint_name(progress)
     staging, final = root / f".{name}.partial", root / name
     try:
         if accelerator.is_main_process:
@@ -99,15 +108,13 @@ def save_checkpoint(accelerator, output_dir, epoch: int, progress: dict) -> Path
         barrier(accelerator)
         # Every process writes its own random states into the folder the main process made.
         check_seen_everywhere(accelerator, staging, "the checkpoint folder")
-        # Pickled weights, not safetensors: safetensors' loader reads storage pointers, which
-        # XLA tensors do not have, so `load_state` of a model.safetensors fails on XLA.
-        accelerator.save_state(str(staging), safe_serialization=False)
+        _save_state_keeping_the_random_state(accelerator, staging)
         if accelerator.is_main_process:
-            _write_atomically(staging / PROGRESS, json.dumps({**progress, "epochs_done": epoch + 1}))
+            _write_atomically(staging / PROGRESS, json.dumps(progress))
             shutil.rmtree(final, ignore_errors=True)
             os.replace(staging, final)
             _write_atomically(root / LATEST, name)
-            _prune(root, keep={name})
+            _prune(root, newest=name, keep=keep)
     except CheckpointNotShared:
         if accelerator.is_main_process:
             shutil.rmtree(staging, ignore_errors=True)
@@ -128,6 +135,32 @@ def save_checkpoint(accelerator, output_dir, epoch: int, progress: dict) -> Path
     return final
 
 
+def _save_state_keeping_the_random_state(accelerator, folder: Path) -> None:
+    """Accelerate's save_state, leaving torch_xla's random state as it was before the save.
+
+    Accelerate 1.15 writes tensors with xm.save, whose rendezvous syncs the graph, and every sync
+    advances torch_xla's random seed; it then records the seed reached after those syncs. A run with
+    a checkpoint would draw other dropout masks than one without, and a run resumed from a step
+    checkpoint other ones than the uninterrupted run. So the seed from before the save is put back,
+    and is the one recorded.
+    """
+    # Pickled weights, not safetensors: safetensors' loader reads storage pointers, which
+    # XLA tensors do not have, so `load_state` of a model.safetensors fails on XLA.
+    if not uses_xla(accelerator.device):
+        accelerator.save_state(str(folder), safe_serialization=False)
+        return
+    import torch
+    import torch_xla.core.xla_model as xm
+
+    seed = xm.get_rng_state()
+    accelerator.save_state(str(folder), safe_serialization=False)
+    xm.set_rng_state(seed)
+    states_file = folder / f"random_states_{accelerator.process_index}.pkl"
+    states = torch.load(states_file, weights_only=False)
+    states["xm_seed"] = seed
+    torch.save(states, states_file)
+
+
 def _free_bytes(folder: Path) -> int | None:
     try:
         return shutil.disk_usage(folder).free
@@ -135,14 +168,20 @@ def _free_bytes(folder: Path) -> int | None:
         return None
 
 
-def _prune(root: Path, keep: set) -> None:
-    done = sorted(
-        (path for path in root.glob("epoch-*") if path.is_dir()), key=lambda path: int(path.name.split("-")[1])
-    )
-    for path in done[:-KEEP]:
-        if path.name not in keep:
+def _prune(root: Path, newest: str, keep: int) -> None:
+    """Keep the `keep` checkpoints furthest into the run (by global step); remove half-written ones."""
+
+    def reached(path: Path) -> int:
+        try:
+            return read_progress(path).get("global_step", 0)
+        except (OSError, ValueError):
+            return -1
+
+    done = sorted((path for path in root.iterdir() if path.is_dir() and (path / PROGRESS).is_file()), key=reached)
+    for path in done[:-keep]:
+        if path.name != newest:
             shutil.rmtree(path, ignore_errors=True)
-    for leftover in root.glob(".epoch-*.partial"):
+    for leftover in root.glob(".*.partial"):
         shutil.rmtree(leftover, ignore_errors=True)
 
 

@@ -21,7 +21,7 @@ def parse(argv=None) -> TrainConfig:
 
 
 def main(argv=None) -> int:
-    """Train; a known problem ends the process with status 2 by raising SystemExit.
+    """Train; a known problem ends the process with status 2 (a preemption: 75) by raising SystemExit.
 
     Raised, not returned: `accelerate launch` calls `main` itself on XLA (through PrepareForLaunch
     and xmp.spawn) and drops its return value, so a returned 2 would reach the shell as 0.
@@ -32,6 +32,7 @@ def main(argv=None) -> int:
     from .graph_watch import RecompilationLimit
     from .modeling import ModelUnavailable
     from .precision import PrecisionUnavailable
+    from .preemption import Preempted
     from .runtime import EnvironmentProblem, is_main_process
     from .training import training_function
 
@@ -39,12 +40,12 @@ def main(argv=None) -> int:
         training_function(config=config)
     except (
         ConfigError, DataProblem, CheckpointProblem, EnvironmentProblem, ModelUnavailable, PrecisionUnavailable,
-        RecompilationLimit,
+        RecompilationLimit, Preempted,
     ) as error:
         # A problem that every process raised together is said once, by the main process.
         if not getattr(error, "every_process", False) or is_main_process():
-            print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+            print(f"{'stopped' if isinstance(error, Preempted) else 'error'}: {error}", file=sys.stderr)
+        raise SystemExit(getattr(error, "exit_code", 2)) from None
     return 0
 
 

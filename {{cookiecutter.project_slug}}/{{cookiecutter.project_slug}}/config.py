@@ -69,8 +69,15 @@ class TrainConfig:
     )
     output_dir: str = field(default="outputs", metadata={"help": "Checkpoints, compilation cache and report."})
     report: str | None = field(default=None, metadata={"help": "Report JSON path (default: OUTPUT_DIR/report.json)."})
-    resume: bool = switch(False, "Continue from the last complete checkpoint.")
-    checkpoint: bool = switch(True, "Save a checkpoint after every epoch.")
+    resume: bool = switch(False, "Continue from the last complete checkpoint (mid-epoch ones too).")
+    checkpoint: bool = switch(True, "Save a checkpoint after every epoch (and as --save_steps/--save_minutes say).")
+    save_steps: int | None = field(
+        default=None, metadata={"help": "Also save a checkpoint every this many optimizer steps. Default: only after epochs."}
+    )
+    save_minutes: float | None = field(
+        default=None, metadata={"help": "Also save a checkpoint when this many minutes passed since the last one."}
+    )
+    keep_checkpoints: int = field(default=2, metadata={"help": "How many of the newest checkpoints to keep."})
     compilation_cache: bool = switch(True, "Use PyTorch/XLA's persistent compilation cache.")
     max_train_examples: int | None = field(default=None, metadata={"help": "Use only this many training examples."})
     watch_compilations: bool = switch(
@@ -99,6 +106,12 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name}={value!r}: must be a positive whole number")
+        for name in ("save_steps", "keep_checkpoints"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ConfigError(f"{name}={value!r}: must be a positive whole number")
+        if self.save_minutes is not None and not self.save_minutes > 0:
+            raise ConfigError(f"save_minutes={self.save_minutes!r}: must be a positive number")
         if self.max_recompilations is not None and self.max_recompilations < 0:
             raise ConfigError(f"max_recompilations={self.max_recompilations!r}: must be 0 or more")
         if self.max_train_examples is not None and self.max_train_examples < 1:

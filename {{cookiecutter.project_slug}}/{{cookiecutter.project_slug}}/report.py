@@ -7,7 +7,7 @@ FIELDS = (
     "device", "distributed_type", "num_processes", "epochs", "train_examples", "steady_examples_per_second",
     "examples_per_second_with_compilation", "learning_rate",
     "eval_accuracy", "eval_loss", "eval_examples_counted", "xla_compilations", "recompilations", "compile_seconds",
-    "compilation_cache", "precision", "data", "checkpoint",
+    "compilation_cache", "precision", "data", "checkpoint", "checkpoint_seconds",
 )
 
 

@@ -172,14 +172,19 @@ def counting_compilations():
 
 
 def device_zeros(size: int, dtype, device):
-    """A zero accumulator that reaches the device as data, not as a graph constant.
+    """A zero accumulator that reaches the device as data, not as a graph constant."""
+    return device_values([0] * size, dtype, device)
+
+
+def device_values(values: list, dtype, device):
+    """An accumulator with these starting values that reaches the device as data, not as a graph constant.
 
     A 0-d tensor would be folded into the next graph as a constant, making the first
     step's graph differ from every later one (one extra compilation).
     """
     import torch
 
-    return torch.zeros(size, dtype=dtype).to(device)
+    return torch.tensor(values, dtype=dtype).to(device)
 
 
 def barrier(accelerator) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from . import batching, checkpointing, graph_watch, precision, runtime
+from . import batching, checkpointing, graph_watch, precision, preemption, runtime
 from .config import ConfigError, TrainConfig
 from .data import load_text_data, load_tokenizer, wants_demo
 from .modeling import build_model, use_graph_friendly_attention
@@ -121,19 +121,25 @@ def _train(accelerator, model, config: TrainConfig, precision_report, analysis_f
             # Accelerate's XLA loader wrapper lacks `.dataset`, which its own save_state reads.
             prepared.dataset = original.dataset
 
-    first_epoch = 0
+    # Where the run stands: whole epochs done, batches of the next epoch trained, optimizer steps, its loss so far.
+    position = {"epochs_done": 0, "epoch_step": 0, "global_step": 0, "loss_sum": 0.0}
     if config.resume:
         found = checkpointing.agreed_checkpoint(accelerator, config.output_dir)
         if found is None:
             _say(accelerator, f"resume: no complete checkpoint in {config.output_dir}; starting from scratch")
         else:
             accelerator.load_state(str(found))
-            first_epoch = checkpointing.read_progress(found)["epochs_done"]
-            _say(accelerator, f"resume: continuing after epoch {first_epoch} from {found}")
+            progress = checkpointing.read_progress(found)
+            position.update({key: progress[key] for key in position if key in progress})
+            if "global_step" not in progress:  # written by an earlier version of this project
+                position["global_step"] = position["epochs_done"] * steps_per_epoch
+            within = f", step {position['epoch_step']} of epoch {position['epochs_done'] + 1}" if position["epoch_step"] else ""
+            _say(accelerator, f"resume: continuing after epoch {position['epochs_done']}{within} from {found}")
+    first_epoch = position["epochs_done"]
 
     metric_dtype = precision.metric_dtype(precision_report)
     device = accelerator.device
-    trained, seconds, evaluation, saved, compiled_by_epoch = 0, 0.0, {}, None, []
+    trained, seconds, evaluation, compiled_by_epoch = 0, 0.0, {}, []
     steady = {"examples": 0, "seconds": 0.0}  # epochs after this run's first, compile time taken out
     # This run's first and last optimizer steps (a resumed run starts where its checkpoint stopped).
     learning_rate = {"optimizer_steps": optimizer_steps, "first_step": scheduler.get_last_lr()[0], "last_step": None}
@@ -143,36 +149,74 @@ def _train(accelerator, model, config: TrainConfig, precision_report, analysis_f
             config.padding, config.max_recompilations, lambda message: _say(accelerator, message), analysis_file
         )
         watch.start()
-    for epoch in range(first_epoch, config.num_epochs):
-        # Through Accelerate's loader, not the sampler: on every pass it re-applies its own epoch
-        # counter to the sampler, and that counter restarts at 0 in a resumed run.
-        train_loader.set_epoch(epoch)
-        started, compiling = time.perf_counter(), runtime.compile_counts().compile_seconds or 0.0
-        train_loss, learning_rate["last_step"] = _train_epoch(
-            accelerator, model, optimizer, scheduler, train_loader, metric_dtype, epoch, config, watch
+    saving = {"written": 0, "seconds": 0.0, "last": None}
+    policy = preemption.SavePolicy(config.save_steps, config.save_minutes)
+
+    def save(epochs_done: int, epoch_step: int, loss_sum: float) -> None:
+        started = time.perf_counter()
+        progress = {**position, "epochs_done": epochs_done, "epoch_step": epoch_step, "loss_sum": loss_sum}
+        saving["last"] = checkpointing.save_checkpoint(accelerator, config.output_dir, progress, config.keep_checkpoints)
+        saving["written"] += 1
+        saving["seconds"] += time.perf_counter() - started
+        policy.saved()
+
+    def stop_if_asked(signals, epoch: int, step: int) -> None:
+        (stop,) = preemption.agree(accelerator, signals.received is not None)
+        if stop:
+            kept = (f"checkpoint {saving['last']} written; run again with --resume to continue from the next batch"
+                    if config.checkpoint else "no checkpoint (--checkpoint false): a new run starts from scratch")
+            raise preemption.Preempted(f"preempted ({signals.name or 'by another process'}) at epoch {epoch + 1} "
+                                       f"step {step}: {kept}")
+
+    def after_step(signals, epoch: int, step: int, loss_sum) -> None:
+        """At every step boundary: a step checkpoint when due, and a clean stop when a signal came."""
+        position["global_step"] += 1
+        stop, due = preemption.agree(
+            accelerator, signals.received is not None, config.checkpoint and policy.due(position["global_step"])
         )
-        elapsed = time.perf_counter() - started
-        examples = steps_per_epoch * config.train_batch_size * accelerator.num_processes
-        seconds, trained = seconds + elapsed, trained + examples
-        if epoch > first_epoch:
-            steady["examples"] += examples
-            steady["seconds"] += elapsed - ((runtime.compile_counts().compile_seconds or 0.0) - compiling)
-        evaluation = evaluate(accelerator, model, eval_loader, metric_dtype, watch, epoch)
-        if watch:
-            watch.check("other", epoch)  # the epoch's reductions and reads
-            watch.warmed_up("eval")
-        _say(
-            accelerator,
-            f"epoch {epoch + 1}/{config.num_epochs}: train loss {train_loss:.4f}, "
-            f"eval loss {evaluation['eval_loss']:.4f}, eval accuracy {evaluation['eval_accuracy']:.4f}"
-        )
-        if config.checkpoint:
-            saved = checkpointing.save_checkpoint(accelerator, config.output_dir, epoch, {"train_loss": train_loss})
-        if watch:
-            watch.check("other", epoch)
-            watch.warmed_up("other")
-        # Cumulative, so that a test can see that later epochs compile nothing new.
-        compiled_by_epoch.append(runtime.compile_counts().compilations)
+        if config.checkpoint and (due or stop):
+            # The whole run's loss so far (one read, only when saving): a resumed epoch reports the same mean.
+            save(epoch, step, runtime.sum_over_processes(accelerator, loss_sum).item())
+        if stop:
+            stop_if_asked(signals, epoch, step)
+
+    with preemption.StopSignals() as signals:
+        for epoch in range(first_epoch, config.num_epochs):
+            resumed = position["epoch_step"] if epoch == first_epoch else 0
+            # Through Accelerate's loader, not the sampler: on every pass it re-applies its own epoch
+            # counter to the sampler, and that counter restarts at 0 in a resumed run.
+            train_loader.set_epoch(epoch)
+            # Accelerate's own skipping: the same order as the uninterrupted epoch, its first batches left out.
+            loader = accelerator.skip_first_batches(train_loader, resumed) if resumed else train_loader
+            started, compiling = time.perf_counter(), runtime.compile_counts().compile_seconds or 0.0
+            train_loss, learning_rate["last_step"] = _train_epoch(
+                accelerator, model, optimizer, scheduler, loader, metric_dtype, epoch, config, watch,
+                resumed=(resumed, position["loss_sum"] if resumed else 0.0),
+                after_step=lambda epoch, step, loss_sum: after_step(signals, epoch, step, loss_sum),
+            )
+            elapsed = time.perf_counter() - started
+            examples = (steps_per_epoch - resumed) * config.train_batch_size * accelerator.num_processes
+            seconds, trained = seconds + elapsed, trained + examples
+            if epoch > first_epoch:
+                steady["examples"] += examples
+                steady["seconds"] += elapsed - ((runtime.compile_counts().compile_seconds or 0.0) - compiling)
+            evaluation = evaluate(accelerator, model, eval_loader, metric_dtype, watch, epoch)
+            if watch:
+                watch.check("other", epoch)  # the epoch's reductions and reads
+                watch.warmed_up("eval")
+            _say(
+                accelerator,
+                f"epoch {epoch + 1}/{config.num_epochs}: train loss {train_loss:.4f}, "
+                f"eval loss {evaluation['eval_loss']:.4f}, eval accuracy {evaluation['eval_accuracy']:.4f}"
+            )
+            if config.checkpoint:
+                save(epoch + 1, 0, 0.0)
+            if watch:
+                watch.check("other", epoch)
+                watch.warmed_up("other")
+            # Cumulative, so that a test can see that later epochs compile nothing new.
+            compiled_by_epoch.append(runtime.compile_counts().compilations)
+            stop_if_asked(signals, epoch, steps_per_epoch)  # a signal during the evaluation or the save
     return {
         "device": runtime.device_kind(device),
         "distributed_type": str(accelerator.distributed_type.value),
@@ -192,7 +236,9 @@ def _train(accelerator, model, config: TrainConfig, precision_report, analysis_f
         **evaluation,
         "precision": precision_report.as_dict(),
         "data": data.source,
-        "checkpoint": str(saved) if saved else None,
+        "checkpoint": str(saving["last"]) if saving["last"] else None,
+        "checkpoints_written": saving["written"],
+        "checkpoint_seconds": saving["seconds"],
         "config": {key: value for key, value in asdict(config).items()},
     }
 
@@ -212,18 +258,25 @@ def train_step(accelerator, model, optimizer, scheduler, batch):
 
 
 def _train_epoch(
-    accelerator, model, optimizer, scheduler, loader, metric_dtype, epoch, config, watch=None
+    accelerator, model, optimizer, scheduler, loader, metric_dtype, epoch, config, watch=None, resumed=(0, 0.0),
+    after_step=None,
 ) -> tuple[float, float]:
-    """(mean train loss, learning rate of the last optimizer step)."""
+    """(mean train loss, learning rate of the last optimizer step).
+
+    `resumed` is (batches of this epoch already trained, the loss they summed) when a run resumes mid-epoch;
+    `after_step(epoch, step, loss_sum)` runs at every step boundary (checkpoints, preemption).
+    """
     model.train()
     device = accelerator.device
-    loss_sum = runtime.device_zeros(1, metric_dtype, device)
+    steps, loss_before = resumed
+    # The loss so far as data, not a graph constant; on the main process only, so the sum over processes is it.
+    loss_sum = runtime.device_values([loss_before if accelerator.is_main_process else 0.0], metric_dtype, device)
     # The bar is not given the loader: tqdm.auto's bar calls iter() on what it wraps, and each iter()
     # of Accelerate's XLA loader starts a prefetch thread that may finish the epoch and advance the
     # shuffle's epoch counter before the real pass starts (another data order in every run).
     # A context, so that a run stopped mid-epoch ends the bar's line before its error message.
-    bar = tqdm(total=len(loader), desc=f"epoch {epoch + 1}/{config.num_epochs}", disable=not accelerator.is_main_process)
-    steps = 0
+    bar = tqdm(total=steps + len(loader), initial=steps, desc=f"epoch {epoch + 1}/{config.num_epochs}",
+               disable=not accelerator.is_main_process)
     learning_rate = None
     with bar:
         for batch in loader:
@@ -234,6 +287,8 @@ def _train_epoch(
             if watch:
                 watch.check("train", epoch, steps, batch)
             bar.update()
+            if after_step:
+                after_step(epoch, steps, loss_sum)
     # One transfer per epoch: reading the loss every step would stall the device.
     total = runtime.sum_over_processes(accelerator, loss_sum).item()
     return total / max(steps * accelerator.num_processes, 1), learning_rate
