@@ -20,6 +20,19 @@ XLA_AVAILABLE = importlib.util.find_spec("torch_xla") is not None
 # recompile after its warm-up unless it says so: a recompilation stops the run.
 QUICK = ["--demo", "true", "--max_seq_length", "64", "--max_train_examples", "96", "--num_epochs", "1",
          "--max_recompilations", "0"]
+
+
+def quick(*extra) -> list[str]:
+    """QUICK with flags replaced or added: quick("--num_epochs", "3")."""
+    args = list(QUICK)
+    for flag, value in zip(extra[::2], extra[1::2], strict=True):
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+    return args
+
+
 # Hide torch_xla from this interpreter and everything it imports: a laptop without it.
 NO_XLA_PRELUDE = "import sys; sys.modules['torch_xla'] = None; "
 

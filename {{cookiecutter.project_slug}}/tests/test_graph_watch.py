@@ -6,7 +6,7 @@ Runs on the XLA CPU device, where graphs, compilations and torch_xla's own analy
 import re
 
 import pytest
-from conftest import QUICK, python_code, run, train
+from conftest import python_code, quick, run, train
 
 from {{ cookiecutter.project_slug }}.checkpointing import LATEST
 from {{ cookiecutter.project_slug }}.graph_watch import HOST_READ, parse_analyses
@@ -14,17 +14,6 @@ from {{ cookiecutter.project_slug }}.graph_watch import HOST_READ, parse_analyse
 pytestmark = pytest.mark.xla
 
 DYNAMIC_FIX = "padding='dynamic' pads to the longest row: use padding='fixed'"
-
-
-def args(*extra):
-    """QUICK with flags replaced or added."""
-    found = list(QUICK)
-    for flag, value in zip(extra[::2], extra[1::2], strict=True):
-        if flag in found:
-            found[found.index(flag) + 1] = value
-        else:
-            found += [flag, value]
-    return found
 
 
 def graphs_of(report, phase=None):
@@ -50,7 +39,7 @@ def test_default_demo_compiles_only_warm_up_graphs_each_named(demo_report):
 
 
 def test_dynamic_padding_recompiles_and_says_why_once(tmp_path):
-    report, result = train(tmp_path, *args("--padding", "dynamic", "--num_epochs", "2", "--max_recompilations", "1000"))
+    report, result = train(tmp_path, *quick("--padding", "dynamic", "--num_epochs", "2", "--max_recompilations", "1000"))
     recompiled = [graph for graph in graphs_of(report) if not graph["warmup"]]
     assert report["recompilations"] == len(recompiled) > 0
     assert {graph["phase"] for graph in recompiled} == {"train"}  # eval sees the same shapes every time
@@ -64,7 +53,7 @@ def test_dynamic_padding_recompiles_and_says_why_once(tmp_path):
 
 
 def test_the_limit_stops_the_run_at_the_first_recompilation(tmp_path):
-    report, result = train(tmp_path, *args("--padding", "dynamic", "--num_epochs", "2"), check=False)
+    report, result = train(tmp_path, *quick("--padding", "dynamic", "--num_epochs", "2"), check=False)
     assert result.returncode == 2
     assert report is None
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
@@ -73,8 +62,8 @@ def test_the_limit_stops_the_run_at_the_first_recompilation(tmp_path):
 
 
 def test_an_eval_batch_size_unlike_the_train_size_compiles_its_eval_graph_in_warm_up(run_training):
-    same, _ = run_training(*args("--mixed_precision", "no"))
-    other, _ = run_training(*args("--eval_batch_size", "24", "--mixed_precision", "no"))
+    same, _ = run_training(*quick("--mixed_precision", "no"))
+    other, _ = run_training(*quick("--eval_batch_size", "24", "--mixed_precision", "no"))
     assert same["recompilations"] == other["recompilations"] == 0
     # Evaluation has its own graph at any size: another size costs no extra graph.
     assert len(graphs_of(other, "eval")) == len(graphs_of(same, "eval")) == 1
@@ -105,7 +94,7 @@ runpy.run_module("{{ cookiecutter.project_slug }}.cli", run_name="__main__", alt
 
 def test_a_host_read_is_named_by_its_cause_and_frame_and_the_checkpoint_is_kept(tmp_path):
     output = tmp_path / "outputs"
-    result = run(python_code(HOST_READ_IN_THE_STEP, "--output_dir", str(output), *args("--num_epochs", "2")), check=False)
+    result = run(python_code(HOST_READ_IN_THE_STEP, "--output_dir", str(output), *quick("--num_epochs", "2")), check=False)
     assert result.returncode == 2, result.stderr[-3000:]
     (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert error.startswith("error: epoch 2 train step 1: new train graph"), error
@@ -118,8 +107,8 @@ def test_a_host_read_is_named_by_its_cause_and_frame_and_the_checkpoint_is_kept(
 
 
 def test_the_watch_adds_no_graph_and_no_transfer(tmp_path):
-    on, _ = train(tmp_path / "on", *args("--mixed_precision", "no", "--num_epochs", "2"))
-    off, _ = train(tmp_path / "off", *args("--mixed_precision", "no", "--num_epochs", "2", "--watch_compilations", "false"))
+    on, _ = train(tmp_path / "on", *quick("--mixed_precision", "no", "--num_epochs", "2"))
+    off, _ = train(tmp_path / "off", *quick("--mixed_precision", "no", "--num_epochs", "2", "--watch_compilations", "false"))
     assert off["graphs"] is None and on["graphs"]["compiled"] == on["xla_compilations"]
     assert on["xla_compilations"] == off["xla_compilations"]
     assert on["device_to_host_transfers"] == off["device_to_host_transfers"]

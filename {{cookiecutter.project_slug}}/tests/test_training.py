@@ -1,7 +1,7 @@
 """The training function on an XLA CPU device and on a plain CPU: report, compilations, counting."""
 
 import pytest
-from conftest import QUICK
+from conftest import quick
 
 pytestmark = pytest.mark.xla
 
@@ -11,16 +11,6 @@ REPORT_FIELDS = (
 )
 EVAL_SET_SIZE = 120  # data/demo/eval.csv
 MAX_COMPILATIONS = 5
-
-
-def quick(*extra):
-    args = list(QUICK)
-    for flag, value in zip(extra[::2], extra[1::2], strict=True):
-        if flag in args:
-            args[args.index(flag) + 1] = value
-        else:
-            args += [flag, value]
-    return args
 
 
 def test_compilations_do_not_grow_with_epochs(run_training):
