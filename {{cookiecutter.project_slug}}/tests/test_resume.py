@@ -330,3 +330,35 @@ def test_unwritable_report_path_fails_before_training(tmp_path, where):
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert errors == [f"error: report='{report}' is not writable: {reason}"]
     assert "epoch 1/" not in result.stderr + result.stdout
+
+
+def test_stop_signals_are_noted_not_raised_and_a_second_one_acts_as_usual():
+    """SIGTERM and SIGINT (Ctrl-C) inside the loop only set a flag; the loop stops at the next step boundary."""
+    import os
+
+    from {{ cookiecutter.project_slug }}.preemption import StopSignals
+
+    with StopSignals() as signals:
+        os.kill(os.getpid(), signal.SIGINT)  # would raise KeyboardInterrupt without the handler
+        assert (signals.received, signals.name) == (signal.SIGINT, "SIGINT")
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)  # the second one: Python's own handler again
+            time.sleep(1)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_save_policy_by_steps_and_by_minutes(monkeypatch):
+    from {{ cookiecutter.project_slug }} import preemption
+
+    clock = [1000.0]
+    monkeypatch.setattr(preemption.time, "monotonic", lambda: clock[0])
+    by_steps = preemption.SavePolicy(save_steps=3, save_minutes=None)
+    assert [step for step in range(1, 10) if by_steps.due(step)] == [3, 6, 9]
+    by_time = preemption.SavePolicy(save_steps=None, save_minutes=2)
+    clock[0] += 119
+    assert not by_time.due(1)
+    clock[0] += 1
+    assert by_time.due(2)
+    by_time.saved()
+    assert not by_time.due(3)
+    assert not preemption.SavePolicy(None, None).due(100)
