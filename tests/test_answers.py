@@ -109,7 +109,6 @@ def test_defaults_are_accepted(hook, answers):
         ("author", "ansi \x1b[31mred"),
         ("description", "next\x85line"),  # C1 NEL: a line break to Python
         ("description", "line\u2028separator"),
-        ("project_name", "rocket 🚀"),
         ("model_name_or_path", "bert\nbase"),
     ],
 )

@@ -70,7 +70,7 @@ class TrainConfig:
     output_dir: str = field(default="outputs", metadata={"help": "Checkpoints, compilation cache and report."})
     report: str | None = field(default=None, metadata={"help": "Report JSON path (default: OUTPUT_DIR/report.json)."})
     resume: bool = switch(False, "Continue from the last complete checkpoint (mid-epoch ones too).")
-    checkpoint: bool = switch(True, "Save a checkpoint after every epoch (and as --save_steps/--save_minutes say).")
+    checkpoint: bool = switch(True, "Save checkpoints: after every epoch, and as save_steps and save_minutes say.")
     save_steps: int | None = field(
         default=None, metadata={"help": "Also save a checkpoint every this many optimizer steps. Default: only after epochs."}
     )

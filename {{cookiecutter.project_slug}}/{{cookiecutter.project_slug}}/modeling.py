@@ -6,31 +6,29 @@ parent process and the model is handed to every forked worker.
 
 import torch
 from transformers import (
-    AttentionInterface,
     AttentionMaskInterface,
     AutoModelForSequenceClassification,
     BertConfig,
     BertForSequenceClassification,
 )
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import sdpa_mask
+from transformers.masking_utils import eager_mask
 
 from .config import TrainConfig
 
 DEMO_SHAPE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
-# The attention this project relies on: PyTorch's scaled_dot_product_attention with the mask always built in
-# the graph. transformers 5.24 decides whether it may skip a mask by reading it on the host
-# (`padding_mask.all()` in masking_utils, for eager attention too): on XLA, a device-to-host transfer and a wait
-# in every forward pass. Registered under this project's own name with both mask skips off.
-ATTENTION = "xla_sdpa"
+# Eager attention (bf16 stays bf16 in its matmuls; PyTorch's SDPA math path computes them in float32),
+# with its mask always built in the graph. transformers 5.24 decides whether it may skip a padding mask by
+# reading it on the host (`padding_mask.all()` in masking_utils): on XLA a device-to-host transfer and a
+# wait in every forward pass. Skipping saves nothing for eager attention, so the eager mask is registered
+# again, through transformers' own interface, with that check off (for every model in this process).
+ATTENTION = "eager"
 
 
-def _mask_in_graph(*args, **kwargs):
-    return sdpa_mask(*args, **{**kwargs, "allow_is_causal_skip": False, "allow_is_bidirectional_skip": False})
+def _eager_mask_in_graph(*args, **kwargs):
+    return eager_mask(*args, **{**kwargs, "allow_is_bidirectional_skip": False})
 
 
-AttentionInterface.register(ATTENTION, sdpa_attention_forward)
-AttentionMaskInterface.register(ATTENTION, _mask_in_graph)
+AttentionMaskInterface.register(ATTENTION, _eager_mask_in_graph)
 
 
 def use_graph_friendly_attention(model):
