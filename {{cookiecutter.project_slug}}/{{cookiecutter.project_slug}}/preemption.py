@@ -36,7 +36,9 @@ class StopSignals:
         # Python delivers signals to the main thread only; elsewhere (a notebook thread) nothing is installed.
         if threading.current_thread() is threading.main_thread():
             for number in STOP_SIGNALS:
-                self._previous[number] = signal.signal(number, self._note)
+                # A signal the process ignores (SIGINT in a background job) stays ignored.
+                if signal.getsignal(number) is not signal.SIG_IGN:
+                    self._previous[number] = signal.signal(number, self._note)
         return self
 
     def _note(self, number, frame) -> None:
