@@ -5,8 +5,9 @@
 (or set TPU_NAME, ZONE and PROJECT_ID). Copy this folder to every host and install it there
 (one `gcloud` command for all workers each), then start the same training command on every
 host: one `gcloud ... ssh --worker=I` per host, run side by side, each host's output prefixed
-with `[worker I]`. Each host's launcher starts one process per local chip and the PJRT runtime
-joins the hosts into one job. When a host fails, the others are stopped (they would wait for it
+with `[worker I]`. With parallelism data each host's launcher starts one process per local chip;
+with fsdp each host runs one process that drives all its chips (SPMD). The PJRT runtime joins the
+hosts into one job. When a host fails, the others are stopped (they would wait for it
 forever), the script names the host, and exits with its status.
 
 Why not `accelerate launch --tpu_cluster`: it imports torch_xla.distributed.xla_dist,
@@ -26,6 +27,7 @@ from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parent.parent
 REMOTE_DIR = {{ cookiecutter.project_slug | tojson }}
+BAKED_PARALLELISM = {{ cookiecutter.parallelism | tojson }}
 {%- if cookiecutter.variants == "notebook" %}
 ENTRY = ["-m", {{ (cookiecutter.project_slug ~ ".cli") | tojson }}]
 {%- else %}
@@ -103,10 +105,27 @@ def setup_steps(args: argparse.Namespace, root: Path = PROJECT) -> list[tuple[st
     return steps
 
 
+def parallelism(train_args: list[str]) -> str:
+    """The layout the training command will use: its --parallelism, else the baked default."""
+    for index, arg in enumerate(train_args):
+        if arg.startswith("--parallelism="):
+            return arg.split("=", 1)[1]
+        if arg == "--parallelism" and index + 1 < len(train_args):
+            return train_args[index + 1]
+    return BAKED_PARALLELISM
+
+
 def train_commands(args: argparse.Namespace, workers) -> list[list[str]]:
-    """One ssh per host, so that each host's exit status is its own."""
-    # `python3 -m accelerate.commands.launch` is `accelerate launch` without relying on PATH over ssh.
-    launch = ["python3", "-m", "accelerate.commands.launch", "--config_file", args.config, *ENTRY, *args.train_args]
+    """One ssh per host, so that each host's exit status is its own.
+
+    data: Accelerate's launcher starts one process per chip on each host. fsdp: one plain process per host
+    drives all of that host's chips (SPMD); a launcher would start one per chip, each seeing one device.
+    """
+    if parallelism(args.train_args) == "fsdp":
+        launch = ["python3", *ENTRY, *args.train_args]
+    else:
+        # `python3 -m accelerate.commands.launch` is `accelerate launch` without relying on PATH over ssh.
+        launch = ["python3", "-m", "accelerate.commands.launch", "--config_file", args.config, *ENTRY, *args.train_args]
     command = f"cd {shlex.quote(args.remote_dir)} && PJRT_DEVICE=TPU {shlex.join(launch)}"
     return [on_workers(args, command, worker=worker) for worker in workers]
 

@@ -198,3 +198,36 @@ def local_model(tmp_path_factory) -> Path:
     build_model(config, demo=True, vocab_size=len(tokenizer)).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+# One training run in this process (any layout) that also records every step's training loss. The losses are
+# read after training, so recording adds neither a graph nor a transfer to the run's report.
+RECORDING = """
+import json, sys
+from {{ cookiecutter.project_slug }} import training
+from {{ cookiecutter.project_slug }}.cli import main
+
+record, *argv = sys.argv[1:]
+losses, original = [], training.train_step
+training.train_step = lambda *args: losses.append(original(*args)) or losses[-1]
+try:
+    main(argv)
+finally:
+    with open(record, "w") as out:
+        json.dump([loss.item() for loss in losses], out)
+"""
+
+
+def train_recording_losses(folder, *args, env=None, check=True):
+    """(report or None, process, the loss of every optimizer step) of a run of the command line."""
+    record = folder / "losses.json"
+    output = folder / "outputs"
+    result = run(python_code(RECORDING, str(record), "--output_dir", str(output), *args), env=env or child_env(), check=check)
+    report_file = output / "report.json"
+    report = json.loads(report_file.read_text()) if report_file.exists() else None
+    return report, result, json.loads(record.read_text()) if record.exists() else None
+
+
+def spmd_env(devices: int) -> dict:
+    """XLA on the CPU with `devices` devices in one process (the fsdp layout's SPMD mesh)."""
+    return child_env(PJRT_DEVICE="CPU", CPU_NUM_DEVICES=str(devices))

@@ -10,7 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .runtime import barrier, gather_objects, main_process_decides, uses_xla, where_am_i
+from .runtime import barrier, gather_objects, main_process_decides, where_am_i
 
 LATEST = "LATEST"
 PROGRESS = "progress.json"
@@ -92,9 +92,10 @@ def checkpoint_name(progress: dict) -> str:
     return f"step-{progress['global_step']}" if progress["epoch_step"] else f"epoch-{progress['epochs_done']}"
 
 
-def save_checkpoint(accelerator, output_dir, progress: dict, keep: int = KEEP) -> Path:
-    """Save Accelerate's full state and `progress` (where in the run it stands) and make it the one to resume.
+def save_checkpoint(accelerator, output_dir, progress: dict, keep: int, save_state) -> Path:
+    """Save the training state and `progress` (where in the run it stands) and make it the one to resume.
 
+    `save_state(accelerator, folder)` is the layout's (parallel/): it writes the model, optimizer and random states.
     `progress` holds epochs_done (whole epochs), epoch_step (batches of the next epoch already trained) and
     global_step; the newest `keep` checkpoints stay.
     """
@@ -108,7 +109,7 @@ def save_checkpoint(accelerator, output_dir, progress: dict, keep: int = KEEP) -
         barrier(accelerator)
         # Every process writes its own random states into the folder the main process made.
         check_seen_everywhere(accelerator, staging, "the checkpoint folder")
-        _save_state_keeping_the_random_state(accelerator, staging)
+        save_state(accelerator, staging)
         if accelerator.is_main_process:
             _write_atomically(staging / PROGRESS, json.dumps(progress))
             shutil.rmtree(final, ignore_errors=True)
@@ -133,32 +134,6 @@ def save_checkpoint(accelerator, output_dir, progress: dict, keep: int = KEEP) -
         raise CheckpointProblem(f"cannot write checkpoint {final}: {reason}{space}{kept}") from error
     barrier(accelerator)
     return final
-
-
-def _save_state_keeping_the_random_state(accelerator, folder: Path) -> None:
-    """Accelerate's save_state, leaving torch_xla's random state as it was before the save.
-
-    Accelerate 1.15 writes tensors with xm.save, whose rendezvous syncs the graph, and every sync
-    advances torch_xla's random seed; it then records the seed reached after those syncs. A run with
-    a checkpoint would draw other dropout masks than one without, and a run resumed from a step
-    checkpoint other ones than the uninterrupted run. So the seed from before the save is put back,
-    and is the one recorded.
-    """
-    # Pickled weights, not safetensors: safetensors' loader reads storage pointers, which
-    # XLA tensors do not have, so `load_state` of a model.safetensors fails on XLA.
-    if not uses_xla(accelerator.device):
-        accelerator.save_state(str(folder), safe_serialization=False)
-        return
-    import torch
-    import torch_xla.core.xla_model as xm
-
-    seed = xm.get_rng_state()
-    accelerator.save_state(str(folder), safe_serialization=False)
-    xm.set_rng_state(seed)
-    states_file = folder / f"random_states_{accelerator.process_index}.pkl"
-    states = torch.load(states_file, weights_only=False)
-    states["xm_seed"] = seed
-    torch.save(states, states_file)
 
 
 def _free_bytes(folder: Path) -> int | None:

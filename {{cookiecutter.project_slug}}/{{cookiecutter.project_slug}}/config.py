@@ -44,10 +44,13 @@ class TrainConfig:
     text_pair_column: str | None = field(default=None, metadata={"help": "Second text column, if any."})
     label_column: str = field(default="label", metadata={"help": "Label column (integers 0..num_labels-1)."})
     num_labels: int = {{ cookiecutter.num_labels }}
-    train_batch_size: int = field(default={{ cookiecutter.train_batch_size }}, metadata={"help": "Per process."})
+    train_batch_size: int = field(
+        default={{ cookiecutter.train_batch_size }},
+        metadata={"help": "Per chip: one process's batch with data, one chip's share of the global batch with fsdp."},
+    )
     eval_batch_size: int = field(
         default={{ cookiecutter.eval_batch_size }},
-        metadata={"help": "Per process. Evaluation compiles one graph of its own at any size (its last batch is padded)."},
+        metadata={"help": "Per chip. Evaluation compiles one graph of its own at any size (its last batch is padded)."},
     )
     max_seq_length: int = {{ cookiecutter.max_seq_length }}
     padding: str = field(default="fixed", metadata={"help": "fixed (one shape), buckets, or dynamic (recompiles)."})
@@ -83,6 +86,20 @@ class TrainConfig:
     watch_compilations: bool = switch(
         True, "Watch every XLA compilation: list the graphs in the report and explain each recompilation."
     )
+    parallelism: str = field(
+        default={{ cookiecutter.parallelism | tojson }},
+        metadata={"help": "data (one process per chip, a full replica on each) or fsdp (SPMD FSDPv2: one process "
+        "per host, parameters, gradients and optimizer state sharded over every chip)."},
+    )
+    fsdp_layer_class: str | None = field(
+        default=None,
+        metadata={"help": "With fsdp: the class of the model's blocks to shard one by one (BertLayer). "
+        "Default: the model's _no_split_modules, else the class of its repeated blocks."},
+    )
+    gradient_checkpointing: bool = switch(
+        False, "Recompute each layer's activations in the backward pass instead of keeping them (less memory, more time)."
+    )
+    export: bool = switch(True, "At the end, write the model and tokenizer to OUTPUT_DIR/model with save_pretrained.")
     max_recompilations: int | None = field(
         default=None,
         metadata={"help": "Stop the run (exit status 2) at the next recompilation past this many. Default: no limit."},
@@ -96,6 +113,10 @@ class TrainConfig:
         if self.learning_rate is not None:
             return self.learning_rate
         return DEMO_LEARNING_RATE if demo else self.pretrained_learning_rate
+
+    @property
+    def export_dir(self) -> Path:
+        return Path(self.output_dir) / "model"
 
     @property
     def report_path(self) -> Path:
@@ -122,6 +143,10 @@ class TrainConfig:
             raise ConfigError(f"mixed_precision={self.mixed_precision!r}: must be bf16 or no (TPUs do not take fp16)")
         if self.downcast_bf16 and self.mixed_precision == "no":
             raise ConfigError("downcast_bf16=True needs mixed_precision=bf16 (Accelerate's rule)")
+        if self.parallelism not in PARALLELISMS:
+            raise ConfigError(f"parallelism={self.parallelism!r}: must be one of {', '.join(PARALLELISMS)}")
+        if self.fsdp_layer_class and self.parallelism != "fsdp":
+            raise ConfigError("fsdp_layer_class is for parallelism='fsdp' only")
         if self.padding not in PADDING_MODES:
             raise ConfigError(f"padding={self.padding!r}: must be one of {', '.join(PADDING_MODES)}")
 
@@ -131,3 +156,4 @@ class ConfigError(ValueError):
 
 
 PADDING_MODES = ("fixed", "buckets", "dynamic")
+PARALLELISMS = ("data", "fsdp")  # parallel/: one module each

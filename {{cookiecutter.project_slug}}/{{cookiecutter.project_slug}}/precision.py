@@ -174,3 +174,22 @@ def metric_dtype(report: PrecisionReport) -> torch.dtype:
     XLA_USE_BF16 every float is bf16, the cost the guide names for that level.
     """
     return torch.float64 if report.via == "XLA_DOWNCAST_BF16" else torch.float32
+
+
+TYPE_BYTES = {"f32": 4, "f64": 8, "bf16": 2}
+
+
+def bytes_on_device(report: PrecisionReport):
+    """`size(tensor, elements)`: bytes as the device stores them.
+
+    Under XLA_USE_BF16 / XLA_DOWNCAST_BF16 torch still calls a parameter float32 while the device holds
+    bf16 (the types the lowered graph showed); otherwise the tensor's own element size.
+    """
+    stored = PROMISED_TYPES[report.effective] if report.via.startswith("XLA_") else None
+
+    def size(tensor, elements: int) -> int:
+        if stored and tensor.dtype in (torch.float32, torch.float64):
+            return elements * TYPE_BYTES[stored[tensor.dtype == torch.float64]]
+        return elements * tensor.element_size()
+
+    return size

@@ -184,7 +184,18 @@ def device_values(values: list, dtype, device):
     """
     import torch
 
-    return torch.tensor(values, dtype=dtype).to(device)
+    tensor = torch.tensor(values, dtype=dtype).to(device)
+    if uses_xla(device):
+        import torch_xla.runtime as xr
+
+        if xr.is_spmd():
+            import torch_xla.distributed.spmd as xs
+
+            # Under SPMD a graph's outputs carry a sharding (a sum is replicated) and the sharding is part of
+            # the graph: an accumulator fresh from the host must carry the same, or the step that first sees
+            # a fresh one after a sharded one (the next epoch, the second eval batch) compiles again.
+            xs.mark_sharding(tensor, xs.get_global_mesh(), (None,) * tensor.dim())
+    return tensor
 
 
 def barrier(accelerator) -> None:

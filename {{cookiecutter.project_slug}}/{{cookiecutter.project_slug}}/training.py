@@ -13,6 +13,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import batching, checkpointing, graph_watch, precision, preemption, runtime
+from .parallel import layout_for
 from .config import ConfigError, TrainConfig
 from .data import load_text_data, load_tokenizer, wants_demo
 from .modeling import build_model, use_graph_friendly_attention
@@ -25,13 +26,15 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
     runtime.check_stack()
     checkpointing.check_writable(config.output_dir, config.report_path)
     level = precision.requested_level(config)
-    # All three must happen before the first tensor reaches an XLA device in this process.
+    layout = layout_for(config)
+    # All four must happen before the first tensor reaches an XLA device in this process.
     cache_dir = runtime.init_compilation_cache(f"{config.output_dir}/xla-cache") if config.compilation_cache else None
     analysis_file = None
     if runtime.xla_installed():
         precision.set_xla_variables(level)
         if config.watch_compilations:
             analysis_file = graph_watch.enable_analysis(Path(config.output_dir) / "xla-compilations", runtime.local_rank())
+    layout.start()
 
     from accelerate import Accelerator
     from accelerate.utils import set_seed
@@ -46,7 +49,7 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
     autocast = precision.decide_autocast(accelerator)
     with runtime.counting_compilations() as compiled:
         precision_report = precision.realise(level, accelerator.device, autocast)
-        report = _train(accelerator, model, config, precision_report, analysis_file)
+        report, tokenizer = _train(accelerator, layout, model, config, precision_report, analysis_file)
     report.update(
         xla_compilations=compiled["compilations"],
         compile_seconds=compiled["compile_seconds"],
@@ -58,6 +61,9 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
             "read_failures": compiled["cache_read_failures"],
         },
     )
+    if config.export:
+        # After the counting: gathering the weights to the host is not part of training's transfers.
+        report["exported"] = export(accelerator, layout, tokenizer, config.export_dir)
     if accelerator.is_main_process:
         write_report(report, config.report_path)
         print(format_table(report))
@@ -78,7 +84,18 @@ def load_examples(config: TrainConfig, demo: bool):
     return data, tokenizer, train_examples, eval_examples
 
 
-def _train(accelerator, model, config: TrainConfig, precision_report, analysis_file=None) -> dict:
+def export(accelerator, layout, tokenizer, folder: Path) -> str:
+    """The trained model as `save_pretrained` writes it (plain names, CPU tensors): `from_pretrained` loads it anywhere."""
+    weights = layout.host_state_dict(accelerator)  # every process takes part (a sharded model is gathered)
+    if accelerator.is_main_process:
+        layout.plain_model(accelerator).save_pretrained(folder, state_dict=weights)
+        tokenizer.save_pretrained(folder)
+    runtime.barrier(accelerator)
+    return str(folder)
+
+
+def _train(accelerator, layout, model, config: TrainConfig, precision_report, analysis_file=None):
+    """(report, tokenizer): the loop, whatever the layout (parallel/) it is given."""
     demo = runtime.main_process_decides(accelerator, lambda: wants_demo(config))
     with runtime.main_process_first(accelerator):
         data, tokenizer, train_examples, eval_examples = load_examples(config, demo)
@@ -88,38 +105,40 @@ def _train(accelerator, model, config: TrainConfig, precision_report, analysis_f
     if precision.uses_model_cast(precision_report):
         model = model.to(torch.bfloat16)
         _say(accelerator, f"precision: {precision_report.verified}")
+    model = layout.wrap(model)
 
     collator = batching.make_collator(tokenizer, config.padding, config.max_seq_length)
-    train_loader = batching.train_loader(train_examples, collator, config.train_batch_size, config.seed)
-    eval_loader = batching.eval_loader(eval_examples, collator, config.eval_batch_size, accelerator.num_processes)
+    # A loader batch feeds one chip (data) or all of a host's chips (fsdp).
+    per_loader = layout.devices_per_process()
+    train_loader = batching.train_loader(train_examples, collator, config.train_batch_size * per_loader, config.seed)
+    eval_loader = batching.eval_loader(
+        eval_examples, collator, config.eval_batch_size * per_loader, layout.loader_shards(accelerator)
+    )
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.resolved_learning_rate(demo), weight_decay=config.weight_decay
     )
     from transformers import get_linear_schedule_with_warmup
 
-    steps_per_epoch = len(train_examples) // (config.train_batch_size * accelerator.num_processes)
+    replicas = layout.replicas(accelerator)  # chips (fsdp) or processes (data) sharing one optimizer step
+    steps_per_epoch = len(train_examples) // (config.train_batch_size * replicas)
     if steps_per_epoch == 0:
         raise ConfigError(
             f"train_batch_size={config.train_batch_size}: larger than the {len(train_examples)} training examples "
-            f"shared by {accelerator.num_processes} process(es); lower it"
+            f"shared by {replicas} {'chips' if layout.name == 'fsdp' else 'process(es)'}; lower it"
         )
     optimizer_steps = steps_per_epoch * config.num_epochs
-    # Sized in global batches, as Accelerate's examples do: its prepared scheduler steps the one it
-    # wraps num_processes times per optimizer step (split_batches=False), so a schedule sized in
-    # per-process steps would reach 0 after 1/num_processes of the run.
+    # Sized in the scheduler's own calls: Accelerate's prepared scheduler (data) steps the one it wraps
+    # num_processes times per optimizer step, so a schedule sized in optimizer steps would reach 0 early.
     # No warm-up from zero: a learning rate of exactly 0 or 1 is a different XLA graph.
-    scheduler = get_linear_schedule_with_warmup(optimizer, 0, optimizer_steps * accelerator.num_processes)
-    loaders = (train_loader, eval_loader)
-    model, optimizer, train_loader, eval_loader, scheduler = accelerator.prepare(
-        model, optimizer, train_loader, eval_loader, scheduler
+    scheduler = get_linear_schedule_with_warmup(
+        optimizer, 0, optimizer_steps * layout.scheduler_calls_per_step(accelerator)
+    )
+    model, optimizer, train_loader, eval_loader, scheduler = layout.prepare(
+        accelerator, model, optimizer, train_loader, eval_loader, scheduler
     )
     if len(train_loader) != steps_per_epoch:
         raise RuntimeError(f"Accelerate's loader gives {len(train_loader)} steps per epoch, the schedule expects {steps_per_epoch}")
     precision_report.autocast = precision.forward_autocast(accelerator, model)
-    for prepared, original in zip((train_loader, eval_loader), loaders, strict=True):
-        if not hasattr(prepared, "dataset"):
-            # Accelerate's XLA loader wrapper lacks `.dataset`, which its own save_state reads.
-            prepared.dataset = original.dataset
 
     # Where the run stands: whole epochs done, batches of the next epoch trained, optimizer steps, its loss so far.
     position = {"epochs_done": 0, "epoch_step": 0, "global_step": 0, "loss_sum": 0.0}
@@ -128,7 +147,7 @@ def _train(accelerator, model, config: TrainConfig, precision_report, analysis_f
         if found is None:
             _say(accelerator, f"resume: no complete checkpoint in {config.output_dir}; starting from scratch")
         else:
-            accelerator.load_state(str(found))
+            layout.load_state(accelerator, found)
             progress = checkpointing.read_progress(found)
             position.update({key: progress[key] for key in position if key in progress})
             if "global_step" not in progress:  # written by an earlier version of this project
@@ -155,7 +174,9 @@ def _train(accelerator, model, config: TrainConfig, precision_report, analysis_f
     def save(epochs_done: int, epoch_step: int, loss_sum: float) -> None:
         started = time.perf_counter()
         progress = {**position, "epochs_done": epochs_done, "epoch_step": epoch_step, "loss_sum": loss_sum}
-        saving["last"] = checkpointing.save_checkpoint(accelerator, config.output_dir, progress, config.keep_checkpoints)
+        saving["last"] = checkpointing.save_checkpoint(
+            accelerator, config.output_dir, progress, config.keep_checkpoints, layout.save_state
+        )
         saving["written"] += 1
         saving["seconds"] += time.perf_counter() - started
         policy.saved()
@@ -183,11 +204,7 @@ def _train(accelerator, model, config: TrainConfig, precision_report, analysis_f
     with preemption.StopSignals() as signals:
         for epoch in range(first_epoch, config.num_epochs):
             resumed = position["epoch_step"] if epoch == first_epoch else 0
-            # Through Accelerate's loader, not the sampler: on every pass it re-applies its own epoch
-            # counter to the sampler, and that counter restarts at 0 in a resumed run.
-            train_loader.set_epoch(epoch)
-            # Accelerate's own skipping: the same order as the uninterrupted epoch, its first batches left out.
-            loader = accelerator.skip_first_batches(train_loader, resumed) if resumed else train_loader
+            loader = layout.train_batches(accelerator, train_loader, epoch, resumed)
             started, compiling = time.perf_counter(), runtime.compile_counts().compile_seconds or 0.0
             train_loss, learning_rate["last_step"] = _train_epoch(
                 accelerator, model, optimizer, scheduler, loader, metric_dtype, epoch, config, watch,
@@ -195,12 +212,12 @@ def _train(accelerator, model, config: TrainConfig, precision_report, analysis_f
                 after_step=lambda epoch, step, loss_sum: after_step(signals, epoch, step, loss_sum),
             )
             elapsed = time.perf_counter() - started
-            examples = (steps_per_epoch - resumed) * config.train_batch_size * accelerator.num_processes
+            examples = (steps_per_epoch - resumed) * config.train_batch_size * replicas
             seconds, trained = seconds + elapsed, trained + examples
             if epoch > first_epoch:
                 steady["examples"] += examples
                 steady["seconds"] += elapsed - ((runtime.compile_counts().compile_seconds or 0.0) - compiling)
-            evaluation = evaluate(accelerator, model, eval_loader, metric_dtype, watch, epoch)
+            evaluation = evaluate(accelerator, model, layout.eval_batches(eval_loader), metric_dtype, watch, epoch)
             if watch:
                 watch.check("other", epoch)  # the epoch's reductions and reads
                 watch.warmed_up("eval")
@@ -217,7 +234,7 @@ def _train(accelerator, model, config: TrainConfig, precision_report, analysis_f
             # Cumulative, so that a test can see that later epochs compile nothing new.
             compiled_by_epoch.append(runtime.compile_counts().compilations)
             stop_if_asked(signals, epoch, steps_per_epoch)  # a signal during the evaluation or the save
-    return {
+    report = {
         "device": runtime.device_kind(device),
         "distributed_type": str(accelerator.distributed_type.value),
         "num_processes": accelerator.num_processes,
@@ -239,8 +256,10 @@ def _train(accelerator, model, config: TrainConfig, precision_report, analysis_f
         "checkpoint": str(saving["last"]) if saving["last"] else None,
         "checkpoints_written": saving["written"],
         "checkpoint_seconds": saving["seconds"],
+        "layout": layout.describe(accelerator, optimizer, precision.bytes_on_device(precision_report)),
         "config": {key: value for key, value in asdict(config).items()},
     }
+    return report, tokenizer
 
 
 def train_step(accelerator, model, optimizer, scheduler, batch):

@@ -1,0 +1,181 @@
+"""The fsdp layout (SPMD FSDPv2) on 4 XLA CPU devices in one process: the same training as one device, sharded.
+
+`CPU_NUM_DEVICES=4` gives four real XLA devices; the graphs, their sharding and the checkpoints are real.
+Each run is a fresh process (SPMD is chosen before the runtime starts).
+"""
+
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+from conftest import PROJECT, python_command, quick, spmd_env, train, train_recording_losses
+
+from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
+from {{ cookiecutter.project_slug }}.parallel.fsdp import layer_class
+
+# The demo in float32 (so that 1e-4 means something), 2 epochs of 30 steps. The global batches are the same
+# both ways (train 16, eval 64): each step syncs the graph once and every sync advances XLA's random seed, so
+# the same number of eval steps keeps the next epoch's dropout masks the same.
+RUN = ["--demo", "true", "--max_seq_length", "64", "--num_epochs", "2", "--mixed_precision", "no",
+       "--max_recompilations", "0"]
+ONE_DEVICE = ["--train_batch_size", "16", "--eval_batch_size", "64", "--checkpoint", "false", "--export", "false"]
+FOUR_DEVICES = ["--parallelism", "fsdp", "--train_batch_size", "4", "--eval_batch_size", "16", "--save_steps", "20"]
+DEVICES = 4
+
+
+@pytest.fixture(scope="module")
+def one_device(tmp_path_factory):
+    return train_recording_losses(tmp_path_factory.mktemp("data-1"), *RUN, *ONE_DEVICE, env=spmd_env(1))
+
+
+@pytest.fixture(scope="module")
+def four_devices(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fsdp-4")
+    report, result, losses = train_recording_losses(folder, *RUN, *FOUR_DEVICES, env=spmd_env(DEVICES))
+    return report, result, losses, folder / "outputs"
+
+
+@pytest.mark.xla
+def test_four_sharded_devices_train_like_one(one_device, four_devices):
+    single, _, single_losses = one_device
+    sharded, _, sharded_losses, _ = four_devices
+    assert single["layout"]["parallelism"] == "data" and sharded["layout"]["parallelism"] == "fsdp"
+    assert len(sharded_losses) == len(single_losses) == 60  # 480 examples / 16, for 2 epochs
+    assert max(abs(a - b) for a, b in zip(single_losses, sharded_losses, strict=True)) < 1e-4
+    assert sum(sharded_losses[-10:]) < sum(sharded_losses[:10])  # and it learns
+    assert sharded["eval_accuracy"] == single["eval_accuracy"] > 0.6
+    assert abs(sharded["eval_loss"] - single["eval_loss"]) < 1e-4
+    assert sharded["eval_examples_counted"] == single["eval_examples_counted"] == 120  # padding masked out
+
+
+@pytest.mark.xla
+def test_each_device_holds_a_quarter_of_every_parameter_and_of_the_optimizer_state(one_device, four_devices):
+    layout = four_devices[0]["layout"]
+    assert layout["mesh"] == {"fsdp": DEVICES} and layout["devices"] == DEVICES
+    for what in ("parameter", "optimizer"):
+        by_device, whole = layout[f"{what}_bytes_by_device"], layout[f"{what}_bytes"]
+        assert len(by_device) == DEVICES
+        # Read from the shards' index ranges: every element is held by exactly one device (nothing replicated) ...
+        assert sum(by_device) == whole, (what, by_device, whole)
+        # ... and evenly: a dimension that 4 does not divide leaves one row more on some devices.
+        assert max(by_device) - min(by_device) < 0.01 * whole, by_device
+        assert layout[f"{what}_bytes_per_device"] == max(by_device)
+    # The same model as the one-device run, which holds it all.
+    assert layout["parameter_bytes"] == one_device[0]["layout"]["parameter_bytes_per_device"]
+
+
+@pytest.mark.xla
+def test_sharding_adds_no_graph_and_epochs_add_none(one_device, four_devices):
+    single, sharded = one_device[0], four_devices[0]
+    # The same 3 graphs as one device (first step, step with optimizer state, evaluation): sharding needs none
+    # more. An accumulator fresh from the host is marked replicated like a graph's output (runtime.device_values).
+    assert sharded["xla_compilations"] == single["xla_compilations"] == 3
+    assert [graph["phase"] for graph in sharded["graphs"]["graphs"]] == ["train", "train", "eval"]
+    assert sharded["process_compilations_after_each_epoch"] == [3, 3]
+    assert sharded["recompilations"] == 0
+
+
+@pytest.mark.xla
+def test_sigkill_and_resume_end_with_the_uninterrupted_weights_and_metrics(tmp_path, four_devices):
+    uninterrupted, _, _, uninterrupted_output = four_devices
+    output = tmp_path / "outputs"
+    command = python_command("--output_dir", str(output), *RUN, *FOUR_DEVICES)
+    process = subprocess.Popen(command, cwd=PROJECT, env=spmd_env(DEVICES), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    latest = output / "checkpoints" / "LATEST"
+    deadline = time.monotonic() + 600
+    while not (latest.is_file() and latest.read_text().strip() == "step-20"):
+        assert process.poll() is None, process.stderr.read().decode()[-3000:]
+        assert time.monotonic() < deadline, "no step checkpoint"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL
+    assert (output / "checkpoints" / "step-20" / "sharded" / ".metadata").is_file()  # torch.distributed.checkpoint
+
+    resumed, result = train(tmp_path, *RUN, *FOUR_DEVICES, "--resume", env=spmd_env(DEVICES))
+    assert "resume: continuing after epoch 0, step 20 of epoch 1" in result.stdout
+    for key in ("eval_accuracy", "eval_loss", "eval_examples_counted"):
+        assert resumed[key] == uninterrupted[key], key
+    assert resumed["learning_rate"]["after_training"] == uninterrupted["learning_rate"]["after_training"]
+    assert_same_weights(output / "model", uninterrupted_output / "model")
+
+
+def assert_same_weights(folder, other) -> None:
+    from safetensors.torch import load_file
+
+    mine, theirs = load_file(folder / "model.safetensors"), load_file(other / "model.safetensors")
+    assert mine.keys() == theirs.keys()
+    different = [name for name in mine if not torch.equal(mine[name], theirs[name])]
+    assert not different, different
+
+
+def test_the_export_loads_with_from_pretrained_off_xla_and_evaluates_to_the_run_s_accuracy(four_devices):
+    """The exported folder is a plain save_pretrained one: no wrapper prefixes, no torch_xla needed to read it."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from {{ cookiecutter.project_slug }}.data import load_text_data
+
+    report, _, _, output = four_devices
+    assert report["exported"] == str(output / "model")
+    model = AutoModelForSequenceClassification.from_pretrained(output / "model").eval()
+    assert not any("_orig_module" in name for name in model.state_dict())
+    tokenizer = AutoTokenizer.from_pretrained(output / "model")
+    data = load_text_data(TrainConfig(demo=True, max_seq_length=64), demo=True)
+    pairs = list(data.eval[data.text_pair_column]) if data.text_pair_column else None
+    encoded = tokenizer(list(data.eval[data.text_column]), pairs, padding="max_length", truncation=True, max_length=64,
+                        return_tensors="pt")
+    with torch.no_grad():
+        predicted = model(**encoded).logits.argmax(-1)
+    labels = torch.tensor([int(label) for label in data.eval[data.label_column]])
+    correct = int((predicted == labels).sum())
+    assert correct / len(labels) == report["eval_accuracy"], (correct, report["eval_accuracy"])
+
+
+@pytest.mark.xla
+def test_gradient_checkpointing_trains_in_both_layouts(tmp_path):
+    """It runs on XLA:CPU (torch_xla's checkpoint around each block); its memory saving shows only on a TPU."""
+    for name, layout, env in (("data", [], spmd_env(1)), ("fsdp", ["--parallelism", "fsdp"], spmd_env(DEVICES))):
+        plain = train_recording_losses(tmp_path / name / "plain", *quick("--mixed_precision", "no"), *layout, env=env)
+        checkpointed = train_recording_losses(
+            tmp_path / name / "checkpointed", *quick("--mixed_precision", "no", "--gradient_checkpointing", "true"),
+            *layout, env=env,
+        )
+        assert checkpointed[0]["config"]["gradient_checkpointing"] is True
+        # The first step's loss is the same (the forward is); later ones may differ by the recomputed dropout.
+        assert checkpointed[2][0] == pytest.approx(plain[2][0], abs=1e-6), name
+        assert checkpointed[0]["recompilations"] == 0
+
+
+def test_fsdp_without_torch_xla_is_one_clear_error(tmp_path):
+    report, result = train(tmp_path, *quick("--parallelism", "fsdp"), xla=False, check=False)
+    assert result.returncode == 2 and report is None
+    assert [line for line in result.stderr.splitlines() if line.startswith("error: ")] == [
+        "error: parallelism='fsdp' needs PyTorch/XLA (SPMD): install torch_xla, or use parallelism='data'"
+    ]
+
+
+def test_the_layer_to_shard_is_found_from_the_model_or_named(local_model):
+    from transformers import AutoModelForSequenceClassification, LlamaConfig, LlamaForCausalLM
+
+    bert = AutoModelForSequenceClassification.from_pretrained(local_model)
+    assert layer_class(bert).__name__ == "BertLayer"  # the one of its _no_split_modules it repeats
+    del bert._no_split_modules  # a model without them: the class of its repeated blocks
+    assert layer_class(bert).__name__ == "BertLayer"
+    llama = LlamaForCausalLM(LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                         num_attention_heads=2, num_key_value_heads=2, vocab_size=32))
+    assert layer_class(llama).__name__ == "LlamaDecoderLayer"  # from its _no_split_modules
+    assert layer_class(bert, "BertAttention").__name__ == "BertAttention"
+    with pytest.raises(ConfigError, match=r"^fsdp_layer_class='Nope': BertForSequenceClassification has no such module"):
+        layer_class(bert, "Nope")
+    with pytest.raises(ConfigError, match="pass --fsdp_layer_class with the class name of its blocks"):
+        layer_class(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+
+
+def test_fsdp_layer_class_is_refused_without_fsdp():
+    with pytest.raises(ConfigError, match="^fsdp_layer_class is for parallelism='fsdp' only"):
+        TrainConfig(fsdp_layer_class="BertLayer", parallelism="data")
+    with pytest.raises(ConfigError, match=r"^parallelism='ddp': must be one of data, fsdp"):
+        TrainConfig(parallelism="ddp")
+

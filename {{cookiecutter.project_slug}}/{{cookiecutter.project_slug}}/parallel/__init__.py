@@ -1,0 +1,22 @@
+"""Parallelism layouts: where the model, its optimizer state and each batch live, and how a checkpoint is written.
+
+The training loop (training.py) is the same for every layout; it is given one of these and calls the
+same few methods whichever it is:
+
+  - data (data.py): one process per chip, a full replica of the model on each, batches split between
+    processes by Accelerate. Accelerate's launchers start the processes.
+  - fsdp (fsdp.py): one process per host, PyTorch/XLA SPMD with FSDPv2: parameters, gradients and
+    optimizer state sharded over every chip along one mesh axis `fsdp`, batches sharded along it too.
+    For a model whose training state does not fit on one chip.
+"""
+
+
+def layout_for(config):
+    """The layout object named by config.parallelism (checked by the config)."""
+    if config.parallelism == "fsdp":
+        from .fsdp import FsdpV2
+
+        return FsdpV2(config)
+    from .data import DataParallel
+
+    return DataParallel(config)

@@ -1,0 +1,129 @@
+"""The data-parallel layout: one process per chip, each holding a full replica; Accelerate does the rest.
+
+Accelerate prepares the model, optimizer, scheduler and loaders (each process gets its own share of every
+batch round), averages gradients between processes, and writes checkpoints with `save_state`.
+"""
+
+from pathlib import Path
+
+import torch
+
+from ..runtime import uses_xla, xla_installed
+
+
+class DataParallel:
+    name = "data"
+
+    def __init__(self, config):
+        self.config = config
+        self.model = None
+
+    def start(self) -> None:
+        """Nothing to set before the runtime starts: Accelerate's launchers start one process per chip."""
+
+    def wrap(self, model):
+        """Unchanged: Accelerate's `prepare` moves the model to the device."""
+        if self.config.gradient_checkpointing:
+            if xla_installed():
+                # torch_xla's checkpoint around each repeated block: torch.utils.checkpoint (what transformers'
+                # gradient_checkpointing_enable uses) fails on XLA looking for a `torch.xla` device module.
+                from torch_xla.distributed.fsdp import checkpoint_module
+
+                from .fsdp import layer_class
+
+                block = layer_class(model)
+                for module in model.modules():
+                    if type(module) is block:
+                        checkpoint_module(module)
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return model
+
+    def devices_per_process(self) -> int:
+        """A loader batch is one device's batch."""
+        return 1
+
+    def replicas(self, accelerator) -> int:
+        """Per-device batches in one optimizer step."""
+        return accelerator.num_processes
+
+    def loader_shards(self, accelerator) -> int:
+        """Processes that each load their own part of an evaluation round."""
+        return accelerator.num_processes
+
+    def scheduler_calls_per_step(self, accelerator) -> int:
+        # Accelerate's prepared scheduler steps the one it wraps num_processes times per optimizer step
+        # (split_batches=False), so the schedule is sized in per-process batches.
+        return accelerator.num_processes
+
+    def prepare(self, accelerator, model, optimizer, train_loader, eval_loader, scheduler):
+        prepared = accelerator.prepare(model, optimizer, train_loader, eval_loader, scheduler)
+        for loader, original in zip(prepared[2:4], (train_loader, eval_loader), strict=True):
+            if not hasattr(loader, "dataset"):
+                # Accelerate's XLA loader wrapper lacks `.dataset`, which its own save_state reads.
+                loader.dataset = original.dataset
+        self.model = prepared[0]
+        return prepared
+
+    def train_batches(self, accelerator, train_loader, epoch: int, skip: int):
+        # Through Accelerate's loader, not the sampler: on every pass it re-applies its own epoch counter
+        # to the sampler, and that counter restarts at 0 in a resumed run.
+        train_loader.set_epoch(epoch)
+        # Accelerate's own skipping: the same order as the uninterrupted epoch, its first batches left out.
+        return accelerator.skip_first_batches(train_loader, skip) if skip else train_loader
+
+    def eval_batches(self, eval_loader):
+        return eval_loader
+
+    def save_state(self, accelerator, folder: Path) -> None:
+        """Accelerate's save_state, leaving torch_xla's random state as it was before the save.
+
+        Accelerate 1.15 writes tensors with xm.save, whose rendezvous syncs the graph, and every sync
+        advances torch_xla's random seed; it then records the seed reached after those syncs. A run with
+        a checkpoint would draw other dropout masks than one without, and a run resumed from a step
+        checkpoint other ones than the uninterrupted run. So the seed from before the save is put back,
+        and is the one recorded.
+        """
+        # Pickled weights, not safetensors: safetensors' loader reads storage pointers, which
+        # XLA tensors do not have, so `load_state` of a model.safetensors fails on XLA.
+        if not uses_xla(accelerator.device):
+            accelerator.save_state(str(folder), safe_serialization=False)
+            return
+        import torch_xla.core.xla_model as xm
+
+        seed = xm.get_rng_state()
+        accelerator.save_state(str(folder), safe_serialization=False)
+        xm.set_rng_state(seed)
+        states_file = folder / f"random_states_{accelerator.process_index}.pkl"
+        states = torch.load(states_file, weights_only=False)
+        states["xm_seed"] = seed
+        torch.save(states, states_file)
+
+    def load_state(self, accelerator, folder: Path) -> None:
+        accelerator.load_state(str(folder))
+
+    def host_state_dict(self, accelerator) -> dict:
+        """The weights as plain CPU tensors under the model's own names (every process holds them all)."""
+        model = accelerator.unwrap_model(self.model)
+        return {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
+
+    def plain_model(self, accelerator):
+        return accelerator.unwrap_model(self.model)
+
+    def describe(self, accelerator, optimizer, bytes_of) -> dict:
+        """Every device holds the whole model and its optimizer state; `bytes_of(tensor, elements)` sizes them."""
+        parameters = sum(bytes_of(p, p.numel()) for p in self.model.parameters())
+        state = sum(bytes_of(t, t.numel()) for s in optimizer.state.values() for t in s.values()
+                    if torch.is_tensor(t) and t.dim() > 0)
+        return {
+            "parallelism": self.name,
+            "devices": accelerator.num_processes,
+            "mesh": None,
+            "parameter_bytes_per_device": parameters,
+            "parameter_bytes": parameters,
+            "parameter_bytes_by_device": [parameters] * accelerator.num_processes,
+            "optimizer_bytes_per_device": state,
+            "optimizer_bytes": state,
+            "optimizer_bytes_by_device": [state] * accelerator.num_processes,
+            "bytes_from": "elements of the replica (every device holds all of it)",
+        }
