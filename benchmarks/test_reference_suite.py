@@ -32,6 +32,7 @@ EXPECTED = {
     **{name: "recompilation: loops" for name in LOOPS},
     "test_compilation_cache_warm_run": "recompilation: compilation cache",
     "test_step_checkpoint_cost": "checkpoints",
+    **{f"test_fsdp_devices[{devices}]": "fsdp: devices" for devices in (1, 2, 4)},
 }
 COPIED = ("quick.json", "results.md", "summary.md", "results.png")
 
@@ -62,6 +63,7 @@ def test_quick_profile(baked_default, summary):
     check_eval_batching({cell: info[f"test_eval_cell[{cell}]"] for cell in GRID})
     check_precision({case: info[f"test_precision_mode[{case}]"] for case in PRECISION})
     check_loops({loop: info[name] for name, loop in LOOPS.items()})
+    check_fsdp({devices: info[f"test_fsdp_devices[{devices}]"] for devices in (1, 2, 4)})
     saving = info["test_step_checkpoint_cost"]
     assert saving["compilations"] == saving["compilations_epochs_only"] and saving["seconds_per_save"] > 0
     view = (out / "summary.md").read_text()
@@ -111,6 +113,15 @@ def check_loops(loops: dict) -> None:
     for loop, info in loops.items():
         assert info["compilations_vs_project"] == info["compilations"] / project["compilations"], loop
         assert info["differences"], loop
+
+
+def check_fsdp(runs: dict) -> None:
+    """FSDPv2 over more devices: each holds its share of the training state, in the same graphs, same result."""
+    for devices, info in runs.items():
+        assert info["state_bytes_vs_whole"] < 1 / devices * 1.01, devices
+        assert info["compilations"] == runs[1]["compilations"], devices
+        assert info["eval_accuracy"] == runs[1]["eval_accuracy"], devices
+    assert runs[4]["state_bytes_per_device"] < runs[2]["state_bytes_per_device"] < runs[1]["state_bytes_per_device"]
 
 
 def suite_summary(stdout: str) -> list[str]:

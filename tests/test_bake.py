@@ -34,6 +34,7 @@ COMBINATIONS = {
     "bf16-downcast": {"mixed_precision": "bf16", "downcast_bf16": True},
     "no-benchmarks": {"include_benchmarks": False},
     "custom-sizes": {"train_batch_size": 32, "eval_batch_size": 64, "max_seq_length": 256, "num_processes": 4},
+    "fsdp": {"parallelism": "fsdp"},
 }
 
 
@@ -127,7 +128,7 @@ ENTRY_POINTS = {
 def test_readme_names_the_chosen_options(baked):
     answers, project = baked
     chosen = {**{"variants": "both", "shared_model": True, "mixed_precision": "bf16", "downcast_bf16": False,
-                 "train_batch_size": 16, "max_seq_length": 128, "num_processes": 8}, **answers}
+                 "train_batch_size": 16, "max_seq_length": 128, "num_processes": 8, "parallelism": "data"}, **answers}
     chosen.setdefault("eval_batch_size", chosen["train_batch_size"])
     rows = {
         line.split("|")[1].strip(): line.split("|")[2].strip()
@@ -138,8 +139,9 @@ def test_readme_names_the_chosen_options(baked):
     assert rows["shared model"].startswith("yes" if chosen["shared_model"] else "no")
     assert rows["mixed precision"] == f"`{chosen['mixed_precision']}`"
     assert rows["downcast_bf16"].startswith("`yes`" if chosen["downcast_bf16"] else "`no`")
-    assert rows["train batch size (per process)"] == str(chosen["train_batch_size"])
-    assert rows["eval batch size (per process)"] == str(chosen["eval_batch_size"])
+    assert rows["parallelism"].startswith(f"`{chosen['parallelism']}`")
+    assert rows["train batch size (per chip)"] == str(chosen["train_batch_size"])
+    assert rows["eval batch size (per chip)"] == str(chosen["eval_batch_size"])
     assert rows["max sequence length"].startswith(str(chosen["max_seq_length"]))
     assert rows["num_processes in `configs/tpu-vm.yaml`"].startswith(str(chosen["num_processes"]))
 

@@ -62,6 +62,15 @@ VIEWS = {
         "what one save takes, the step time amortised over the epochs after the first (saves included, compile "
         "time taken out) with and without the step checkpoints, and the graphs compiled (the same in both runs).",
     ),
+    "fsdp: devices": View(
+        ("devices", "per_device_batch", "steady_step_s", "compilations", "compile_seconds", "parameter_bytes_per_device",
+         "optimizer_bytes_per_device", "state_bytes_vs_whole"),
+        "The same training (global batch 16, float32) with FSDPv2 over 1, 2 and 4 XLA devices: the bytes of weights "
+        "and AdamW state the busiest device holds (read from its shards) and that as a fraction of the whole model's, "
+        "graphs compiled and their seconds, and the "
+        "steady step time. The devices here share two CPU cores: the step time is what sharding costs on the CPU, "
+        "not what more TPU chips gain.",
+    ),
     "recompilation: compilation cache": View(
         ("cache_hits", "cache_misses", "cache_read_failures", "cold_cache_misses"),
         "PyTorch/XLA's persistent compilation cache read back by a second run of the default evaluation.",

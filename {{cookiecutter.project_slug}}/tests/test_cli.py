@@ -13,7 +13,10 @@ BOOLEAN_OPTIONS = [field.name for field in dataclasses.fields(TrainConfig) if fi
 
 
 def test_the_boolean_options_are_the_expected_ones():
-    assert sorted(BOOLEAN_OPTIONS) == ["checkpoint", "compilation_cache", "demo", "downcast_bf16", "resume", "watch_compilations"]
+    assert sorted(BOOLEAN_OPTIONS) == [
+        "checkpoint", "compilation_cache", "demo", "downcast_bf16", "export", "gradient_checkpointing", "resume",
+        "watch_compilations",
+    ]
 
 
 @pytest.mark.parametrize("name", BOOLEAN_OPTIONS)

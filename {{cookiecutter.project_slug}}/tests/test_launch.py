@@ -21,6 +21,7 @@ BAKED = {
     "mixed_precision": {{ cookiecutter.mixed_precision | tojson }},
     "downcast_bf16": {{ "True" if cookiecutter.downcast_bf16 else "False" }},
     "num_processes": {{ cookiecutter.num_processes | int }},
+    "parallelism": {{ cookiecutter.parallelism | tojson }},
 }
 # Every config file and the processes it asks for: one on the CPU (torch_xla cannot run more there).
 CONFIG_PROCESSES = {"tpu-vm.yaml": BAKED["num_processes"], "xla-cpu.yaml": 1}
@@ -152,6 +153,23 @@ def test_pod_dry_run_prints_the_gcloud_commands_for_all_workers():
         "--config_file", "configs/tpu-vm.yaml", *ENTRY, "--num_epochs", "2", "--dataset", "glue/sst2",
     ]
 
+
+
+@pytest.mark.parametrize("choice", [["--parallelism", "fsdp"], ["--parallelism=fsdp"]])
+def test_pod_dry_run_starts_one_plain_process_per_host_for_fsdp(choice):
+    """SPMD: one process per host drives all its chips; Accelerate's launcher would start one per chip."""
+    result = pod_dry_run(*POD_ARGS, "--workers", "2", "--dry-run", "--no-install", "--", *choice, "--num_epochs", "2")
+    assert result.returncode == 0, result.stderr
+    *_, train, train_on_worker_1 = [shlex.split(line) for line in result.stdout.strip().splitlines()]
+    assert remote_command(train) == remote_command(train_on_worker_1) == [
+        "cd", "{{ cookiecutter.project_slug }}", "&&", "PJRT_DEVICE=TPU", "python3", *ENTRY, *choice, "--num_epochs", "2",
+    ]
+
+
+def test_pod_script_follows_the_baked_parallelism():
+    result = pod_dry_run(*POD_ARGS, "--workers", "1", "--dry-run", "--no-install")
+    train = remote_command(shlex.split(result.stdout.strip().splitlines()[-1]))
+    assert ("accelerate.commands.launch" in train) == (BAKED["parallelism"] == "data"), train
 
 FAKE_GCLOUD = """#!/usr/bin/env python3
 # Stands in for gcloud: a pod of three hosts where training fails on worker 1 and the others wait.

@@ -84,6 +84,16 @@ def test_notebook_on_the_xla_cpu_device_in_one_process(kernel_specs, tmp_path):
     assert report["xla_compilations"] >= 1
 
 
+@pytest.mark.xla
+def test_notebook_runs_fsdp_in_its_own_process_on_four_devices(kernel_specs, tmp_path):
+    """parallelism=fsdp: nothing forks; the kernel's process drives all four XLA devices (SPMD)."""
+    output_dir = tmp_path / "outputs"
+    env = child_env(xla=True, CPU_NUM_DEVICES="4")
+    notebook = execute(kernel_specs, env, quick_overrides(output_dir, num_processes=1, parallelism="fsdp"))
+    report = check_report(notebook, output_dir, "xla:CPU", "XLA", 1)
+    assert report["layout"]["parallelism"] == "fsdp" and report["layout"]["mesh"] == {"fsdp": 4}
+
+
 def test_notebook_forks_two_workers_on_the_plain_cpu(kernel_specs, tmp_path):
     """torch_xla hidden (a laptop): notebook_launcher forks two gloo workers that train as one run."""
     output_dir = tmp_path / "outputs"

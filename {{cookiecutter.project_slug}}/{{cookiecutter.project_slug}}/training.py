@@ -13,10 +13,10 @@ import torch
 from tqdm.auto import tqdm
 
 from . import batching, checkpointing, graph_watch, precision, preemption, runtime
-from .parallel import layout_for
 from .config import ConfigError, TrainConfig
 from .data import load_text_data, load_tokenizer, wants_demo
 from .modeling import build_model, use_graph_friendly_attention
+from .parallel import layout_for
 from .report import format_table, write_report
 
 

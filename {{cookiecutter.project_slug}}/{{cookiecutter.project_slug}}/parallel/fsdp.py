@@ -236,7 +236,7 @@ def _bytes_per_device(tensors, bytes_of) -> tuple[list[int], int]:
             if indices is Ellipsis:  # replicated: this device holds all of it
                 elements = tensor.numel()
             else:
-                elements = int(np.prod([len(range(*index.indices(size))) for index, size in zip(indices, tensor.shape)]))
+                elements = int(np.prod([len(range(*index.indices(size))) for index, size in zip(indices, tensor.shape, strict=True)]))
             held[device] = held.get(device, 0) + bytes_of(tensor, elements)
     return [held[device] for device in sorted(held)] or [0], whole
 

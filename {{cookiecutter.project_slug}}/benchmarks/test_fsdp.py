@@ -1,0 +1,59 @@
+"""FSDPv2 over 1, 2 and 4 devices: the same training (global batch 16), its parameters and optimizer state sharded.
+
+Each device count is a fresh process (`CPU_NUM_DEVICES`, SPMD is chosen before the runtime starts) running the
+project's own command line with `--parallelism fsdp`; the numbers are read from its report. On XLA:CPU the
+"devices" share the same two cores, so the step time shows what sharding costs here, not what a TPU gains.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parent.parent
+GLOBAL_BATCH = 16
+DEVICE_COUNTS = (1, 2, 4)
+
+
+def fsdp_run(devices: int, profile, output: Path) -> dict:
+    command = [
+        sys.executable, "-m", "{{ cookiecutter.project_slug }}.cli", "--parallelism", "fsdp", "--demo", "true",
+        "--output_dir", str(output), "--train_batch_size", str(GLOBAL_BATCH // devices),
+        "--eval_batch_size", str(GLOBAL_BATCH // devices), "--max_seq_length", str(profile.max_seq_length),
+        "--num_epochs", str(profile.compare_epochs), "--max_train_examples", str(profile.compare_train_examples),
+        "--mixed_precision", "no", "--checkpoint", "false", "--export", "false",
+    ]
+    env = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices), "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(command, cwd=PROJECT, env=env, capture_output=True, text=True, timeout=1200)
+    if result.returncode:
+        raise AssertionError(f"fsdp on {devices} device(s) failed:\n{result.stderr[-3000:]}")
+    return json.loads((output / "report.json").read_text())
+
+
+REPORTS = {}  # devices -> report, for the comparisons with fewer devices (the parametrized runs go 1, 2, 4)
+
+
+@pytest.mark.benchmark(group="fsdp: devices")
+@pytest.mark.parametrize("devices", DEVICE_COUNTS)
+def test_fsdp_devices(benchmark, profile, tmp_path, devices):
+    report = benchmark.pedantic(fsdp_run, args=(devices, profile, tmp_path / "outputs"), rounds=1, iterations=1)
+    REPORTS[devices] = report
+    layout = report["layout"]
+    held = layout["parameter_bytes_per_device"] + layout["optimizer_bytes_per_device"]
+    whole = layout["parameter_bytes"] + layout["optimizer_bytes"]
+    benchmark.extra_info.update(
+        headline="state_bytes_per_device", devices=devices, per_device_batch=GLOBAL_BATCH // devices,
+        steady_step_s=report["steady_step_seconds"], compilations=report["xla_compilations"],
+        compile_seconds=report["compile_seconds"], parameter_bytes_per_device=layout["parameter_bytes_per_device"],
+        optimizer_bytes_per_device=layout["optimizer_bytes_per_device"], state_bytes_per_device=held,
+        state_bytes_vs_whole=held / whole, eval_accuracy=report["eval_accuracy"],
+    )
+    assert layout["mesh"] == {"fsdp": devices}
+    assert sum(layout["parameter_bytes_by_device"]) == layout["parameter_bytes"]  # each element on one device
+    assert held < whole / devices * 1.01  # each device holds its share, nothing more
+    if devices > 1 and 1 in REPORTS:
+        assert report["xla_compilations"] == REPORTS[1]["xla_compilations"]  # sharding adds no graph
+        assert report["eval_accuracy"] == REPORTS[1]["eval_accuracy"]  # the same training
