@@ -27,6 +27,7 @@ POSITIVE_INTS = (
 CHOICES = {
     "variants": ("both", "script", "notebook"),
     "mixed_precision": ("bf16", "no"),
+    "parallelism": ("data", "fsdp"),
 }
 BOOLEANS = ("shared_model", "downcast_bf16", "include_benchmarks")
 

@@ -101,6 +101,7 @@ def test_defaults_are_accepted(hook, answers):
         ("learning_rate", "True"),
         ("variants", "all"),
         ("mixed_precision", "fp16"),
+        ("parallelism", "ddp"),
         ("shared_model", "maybe"),
         ("project_name", ""),
         ("project_name", "two\nlines"),
@@ -182,6 +183,7 @@ def test_bake_refuses_downcast_without_bf16(tmp_path, capfd):
     [
         ("variants", "all", "choices are"),
         ("mixed_precision", "fp16", "choices are"),
+        ("parallelism", "ddp", "choices are"),
         ("include_benchmarks", "maybe", "could not be converted to a boolean"),
     ],
 )
