@@ -11,6 +11,20 @@ from pathlib import Path
 ANSWERS = json.loads(r"""{{ cookiecutter | tojson }}""")
 NOTEBOOK_FILES = ("train_on_tpu.ipynb", "tests/test_notebook.py", f"{ANSWERS['project_slug']}/launch_guard.py")
 SCRIPT_FILES = ("train.py", "tests/test_script.py")
+# Each task's own code and tests; the project keeps only the chosen task's.
+TASK_FILES = {
+    "text-classification": (
+        f"{ANSWERS['project_slug']}/tasks/text_classification.py", "tests/test_data_files.py", "tests/test_training.py",
+        "tests/test_benchmark_logic.py",
+        # The benchmarks written around a classifier: precision modes, eval batching and loops, checkpoint cost.
+        "benchmarks/measure_precision.py", "benchmarks/test_precision.py", "benchmarks/measure_recompilation.py",
+        "benchmarks/test_recompilation.py", "benchmarks/grid.py", "benchmarks/workload.py",
+        "benchmarks/test_checkpointing.py",
+    ),
+    "causal-lm": (
+        f"{ANSWERS['project_slug']}/tasks/causal_lm.py", "tests/test_causal_lm.py", "benchmarks/test_packing.py",
+    ),
+}
 BENCHMARK_FILES = (
     "benchmarks",
     ".github/workflows/benchmarks.yml",
@@ -33,6 +47,12 @@ def remove_unchosen_variants(answers, root: Path) -> None:
         remove(NOTEBOOK_FILES, root)
     elif answers["variants"] == "notebook":
         remove(SCRIPT_FILES, root)
+
+
+def remove_other_tasks(answers, root: Path) -> None:
+    for task, paths in TASK_FILES.items():
+        if task != answers["task"]:
+            remove(paths, root)
 
 
 def remove_benchmarks_if_unwanted(answers, root: Path) -> None:
@@ -99,6 +119,7 @@ def next_steps(answers) -> str:
 def main() -> None:
     root = Path.cwd()
     remove_unchosen_variants(ANSWERS, root)
+    remove_other_tasks(ANSWERS, root)
     remove_benchmarks_if_unwanted(ANSWERS, root)
     record_answers_for_cruft(ANSWERS, root)
     print(next_steps(ANSWERS))

@@ -28,6 +28,7 @@ CHOICES = {
     "variants": ("both", "script", "notebook"),
     "mixed_precision": ("bf16", "no"),
     "parallelism": ("data", "fsdp"),
+    "task": ("text-classification", "causal-lm"),
 }
 BOOLEANS = ("shared_model", "downcast_bf16", "include_benchmarks")
 

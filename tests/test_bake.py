@@ -21,6 +21,16 @@ SCRIPT_ONLY = {"train.py", "tests/test_script.py"}
 BENCHMARKS_ONLY_PREFIXES = (
     "benchmarks/", ".github/workflows/benchmarks.yml", "tests/test_benchmark_logic.py", "tpu_text_classifier/memory.py",
 )
+# Each task's own files (the post-gen hook keeps the chosen task's).
+TASK_ONLY = {
+    "text-classification": {
+        "tpu_text_classifier/tasks/text_classification.py", "tests/test_data_files.py", "tests/test_training.py",
+        "tests/test_benchmark_logic.py", "benchmarks/measure_precision.py", "benchmarks/test_precision.py",
+        "benchmarks/measure_recompilation.py", "benchmarks/test_recompilation.py", "benchmarks/grid.py",
+        "benchmarks/workload.py", "benchmarks/test_checkpointing.py",
+    },
+    "causal-lm": {"tpu_text_classifier/tasks/causal_lm.py", "tests/test_causal_lm.py", "benchmarks/test_packing.py"},
+}
 UNRENDERED = re.compile(r"(?<!\$)\{\{|\{%|%\}")
 
 COMBINATIONS = {
@@ -35,6 +45,8 @@ COMBINATIONS = {
     "no-benchmarks": {"include_benchmarks": False},
     "custom-sizes": {"train_batch_size": 32, "eval_batch_size": 64, "max_seq_length": 256, "num_processes": 4},
     "fsdp": {"parallelism": "fsdp"},
+    "causal-lm": {"task": "causal-lm"},
+    "causal-lm-fsdp-notebook": {"task": "causal-lm", "parallelism": "fsdp", "variants": "notebook"},
 }
 
 
@@ -53,6 +65,10 @@ def expected_files(answers: dict, slug: str = "tpu_text_classifier") -> set[str]
         files -= NOTEBOOK_ONLY
     if variants == "notebook":
         files -= SCRIPT_ONLY
+    task = answers.get("task", "text-classification")
+    for other, only in TASK_ONLY.items():
+        if other != task:
+            files -= only
     if not answers.get("include_benchmarks", True):
         files = {name for name in files if not name.startswith(BENCHMARKS_ONLY_PREFIXES)}
     return files

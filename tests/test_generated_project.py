@@ -14,6 +14,11 @@ def test_default_project_suite_passes(default_project):
     run_baked_tests(default_project, "tests")
 
 
+def test_causal_lm_project_suite_passes(bake):
+    """task=causal-lm: the same loop, layouts, checkpoints and watch, tested by the project's own suite."""
+    run_baked_tests(bake(task="causal-lm"), "tests")
+
+
 def test_notebook_runs_with_the_model_built_in_each_process(bake):
     """shared_model=no: the default bake above runs the notebook with the shared model."""
     run_baked_tests(bake(shared_model=False), "tests/test_notebook.py")

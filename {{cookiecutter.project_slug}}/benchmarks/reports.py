@@ -71,6 +71,14 @@ VIEWS = {
         "steady step time. The devices here share two CPU cores: the step time is what sharding costs on the CPU, "
         "not what more TPU chips gain.",
     ),
+    "causal-lm: packing": View(
+        ("padding", "compilations", "recompilations", "train_padding_fraction", "steady_tokens_per_second",
+         "train_rows", "eval_perplexity"),
+        "The causal-LM demo laid out three ways: packed blocks of max_seq_length tokens (fixed), one text per row "
+        "padded to the longest text (longest), one text per row padded per batch (dynamic). Graphs compiled, those "
+        "after warm-up, the share of padding in the training batches, and the real (unpadded) tokens trained per "
+        "second in the epochs after the first (computed: measured examples per second times real tokens per row).",
+    ),
     "recompilation: compilation cache": View(
         ("cache_hits", "cache_misses", "cache_read_failures", "cold_cache_misses"),
         "PyTorch/XLA's persistent compilation cache read back by a second run of the default evaluation.",

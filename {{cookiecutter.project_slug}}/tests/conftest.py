@@ -22,6 +22,34 @@ QUICK = ["--demo", "true", "--max_seq_length", "64", "--max_train_examples", "96
          "--max_recompilations", "0"]
 
 
+# The task this project was generated for, the metric it reports besides the loss, and what the trained demo reaches.
+TASK = "{{ cookiecutter.task }}"
+METRIC = "eval_perplexity" if TASK == "causal-lm" else "eval_accuracy"
+# The default demo (baked epochs and length): the classifier's accuracy, the language model's perplexity (its
+# untrained perplexity, measured by test_causal_lm.py, is about the vocabulary's size).
+DEMO_BAR = 150.0 if TASK == "causal-lm" else 0.9
+
+
+def demo_learned(report) -> bool:
+    return report[METRIC] <= DEMO_BAR if TASK == "causal-lm" else report[METRIC] >= DEMO_BAR
+
+
+def close_metrics(report, other, tolerance: float = 0.05) -> bool:
+    """Two runs that should learn about as well: accuracy within `tolerance`, or losses within it (language model)."""
+    key = "eval_loss" if TASK == "causal-lm" else METRIC
+    return abs(report[key] - other[key]) <= tolerance
+
+
+def eval_examples(max_seq_length: int) -> int:
+    """Examples in the demo's eval set: its 120 texts, or (causal-lm) the packed blocks they make at this length."""
+    if TASK != "causal-lm":
+        return 120
+    from {{ cookiecutter.project_slug }}.config import TrainConfig
+    from {{ cookiecutter.project_slug }}.training import load_examples
+
+    return len(load_examples(TrainConfig(demo=True, max_seq_length=max_seq_length), demo=True)[3])
+
+
 def quick(*extra) -> list[str]:
     """QUICK with flags replaced or added: quick("--num_epochs", "3")."""
     args = list(QUICK)

@@ -10,12 +10,12 @@ import time
 
 import pytest
 import torch
-from conftest import PROJECT, python_command, quick, spmd_env, train, train_recording_losses
+from conftest import METRIC, PROJECT, TASK, python_command, quick, spmd_env, train, train_recording_losses
 
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
 from {{ cookiecutter.project_slug }}.parallel.fsdp import layer_class
 
-# The demo in float32 (so that 1e-4 means something), 2 epochs of 30 steps. The global batches are the same
+# The demo in float32 (so that 1e-4 means something), 2 epochs. The global batches are the same
 # both ways (train 16, eval 64): each step syncs the graph once and every sync advances XLA's random seed, so
 # the same number of eval steps keeps the next epoch's dropout masks the same.
 RUN = ["--demo", "true", "--max_seq_length", "64", "--num_epochs", "2", "--mixed_precision", "no",
@@ -42,12 +42,15 @@ def test_four_sharded_devices_train_like_one(one_device, four_devices):
     single, _, single_losses = one_device
     sharded, _, sharded_losses, _ = four_devices
     assert single["layout"]["parallelism"] == "data" and sharded["layout"]["parallelism"] == "fsdp"
-    assert len(sharded_losses) == len(single_losses) == 60  # 480 examples / 16, for 2 epochs
+    assert len(sharded_losses) == len(single_losses) == sharded["train_examples"] // 16 * 2 >= 10
     assert max(abs(a - b) for a, b in zip(single_losses, sharded_losses, strict=True)) < 1e-4
-    assert sum(sharded_losses[-10:]) < sum(sharded_losses[:10])  # and it learns
-    assert sharded["eval_accuracy"] == single["eval_accuracy"] > 0.6
+    assert sum(sharded_losses[-5:]) < sum(sharded_losses[:5])  # and it learns
     assert abs(sharded["eval_loss"] - single["eval_loss"]) < 1e-4
-    assert sharded["eval_examples_counted"] == single["eval_examples_counted"] == 120  # padding masked out
+    if TASK == "text-classification":
+        assert sharded["eval_accuracy"] == single["eval_accuracy"] > 0.6
+    else:
+        assert sharded["eval_perplexity"] == pytest.approx(single["eval_perplexity"], rel=1e-4)
+    assert sharded["eval_examples_counted"] == single["eval_examples_counted"]  # padding masked out
 
 
 @pytest.mark.xla
@@ -96,7 +99,7 @@ def test_sigkill_and_resume_end_with_the_uninterrupted_weights_and_metrics(tmp_p
 
     resumed, result = train(tmp_path, *RUN, *FOUR_DEVICES, "--resume", env=spmd_env(DEVICES))
     assert "resume: continuing after epoch 0, step 20 of epoch 1" in result.stdout
-    for key in ("eval_accuracy", "eval_loss", "eval_examples_counted"):
+    for key in (METRIC, "eval_loss", "eval_examples_counted"):
         assert resumed[key] == uninterrupted[key], key
     assert resumed["learning_rate"]["after_training"] == uninterrupted["learning_rate"]["after_training"]
     assert_same_weights(output / "model", uninterrupted_output / "model")
@@ -111,26 +114,36 @@ def assert_same_weights(folder, other) -> None:
     assert not different, different
 
 
-def test_the_export_loads_with_from_pretrained_off_xla_and_evaluates_to_the_run_s_accuracy(four_devices):
-    """The exported folder is a plain save_pretrained one: no wrapper prefixes, no torch_xla needed to read it."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+def test_the_export_loads_with_from_pretrained_off_xla_and_evaluates_to_the_run_s_metrics(four_devices):
+    """The exported folder is a plain save_pretrained one: no wrapper prefixes, no torch_xla needed to read it.
 
-    from {{ cookiecutter.project_slug }}.data import load_text_data
+    Evaluated here on the plain CPU with the project's own eval step and batching.
+    """
+    from transformers import AutoTokenizer
+
+    from {{ cookiecutter.project_slug }} import batching
+    from {{ cookiecutter.project_slug }}.tasks import task
+    from {{ cookiecutter.project_slug }}.training import load_examples
 
     report, _, _, output = four_devices
     assert report["exported"] == str(output / "model")
-    model = AutoModelForSequenceClassification.from_pretrained(output / "model").eval()
+    model = task.AUTO_MODEL.from_pretrained(output / "model").eval()
     assert not any("_orig_module" in name for name in model.state_dict())
-    tokenizer = AutoTokenizer.from_pretrained(output / "model")
-    data = load_text_data(TrainConfig(demo=True, max_seq_length=64), demo=True)
-    pairs = list(data.eval[data.text_pair_column]) if data.text_pair_column else None
-    encoded = tokenizer(list(data.eval[data.text_column]), pairs, padding="max_length", truncation=True, max_length=64,
-                        return_tensors="pt")
-    with torch.no_grad():
-        predicted = model(**encoded).logits.argmax(-1)
-    labels = torch.tensor([int(label) for label in data.eval[data.label_column]])
-    correct = int((predicted == labels).sum())
-    assert correct / len(labels) == report["eval_accuracy"], (correct, report["eval_accuracy"])
+    config = TrainConfig(demo=True, max_seq_length=64)
+    _, tokenizer, _, eval_examples = load_examples(config, demo=True)
+    assert AutoTokenizer.from_pretrained(output / "model").get_vocab() == tokenizer.get_vocab()
+    collator = task.make_collator(tokenizer, "fixed", 64)
+    counts, loss_sum = torch.zeros(len(task.COUNTS), dtype=torch.int64), torch.zeros(())
+    for batch in batching.eval_loader(eval_examples, collator, 16, 1):
+        valid = batch.pop(batching.VALID)
+        with torch.no_grad():
+            batch_counts, batch_loss = task.eval_batch(model, batch, valid, torch.float32)
+        counts, loss_sum = counts + batch_counts, loss_sum + batch_loss
+    found = task.metrics(dict(zip(task.COUNTS, counts.tolist(), strict=True)), loss_sum.item())
+    assert found["eval_examples_counted"] == report["eval_examples_counted"]
+    assert found["eval_loss"] == pytest.approx(report["eval_loss"], abs=1e-4)
+    if TASK == "text-classification":
+        assert found["eval_accuracy"] == report["eval_accuracy"]
 
 
 @pytest.mark.xla
@@ -156,10 +169,11 @@ def test_fsdp_without_torch_xla_is_one_clear_error(tmp_path):
     ]
 
 
-def test_the_layer_to_shard_is_found_from_the_model_or_named(local_model):
-    from transformers import AutoModelForSequenceClassification, LlamaConfig, LlamaForCausalLM
+def test_the_layer_to_shard_is_found_from_the_model_or_named():
+    from transformers import BertConfig, BertForSequenceClassification, LlamaConfig, LlamaForCausalLM
 
-    bert = AutoModelForSequenceClassification.from_pretrained(local_model)
+    bert = BertForSequenceClassification(BertConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                                    num_attention_heads=2, vocab_size=32))
     assert layer_class(bert).__name__ == "BertLayer"  # the one of its _no_split_modules it repeats
     del bert._no_split_modules  # a model without them: the class of its repeated blocks
     assert layer_class(bert).__name__ == "BertLayer"

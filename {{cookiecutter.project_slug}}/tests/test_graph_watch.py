@@ -6,7 +6,7 @@ Runs on the XLA CPU device, where graphs, compilations and torch_xla's own analy
 import re
 
 import pytest
-from conftest import python_code, quick, run, train
+from conftest import eval_examples, python_code, quick, run, train
 
 from {{ cookiecutter.project_slug }}.checkpointing import LATEST
 from {{ cookiecutter.project_slug }}.graph_watch import HOST_READ, parse_analyses
@@ -67,7 +67,7 @@ def test_an_eval_batch_size_unlike_the_train_size_compiles_its_eval_graph_in_war
     assert same["recompilations"] == other["recompilations"] == 0
     # Evaluation has its own graph at any size: another size costs no extra graph.
     assert len(graphs_of(other, "eval")) == len(graphs_of(same, "eval")) == 1
-    assert other["eval_examples_counted"] == same["eval_examples_counted"] == 120  # 24 divides 120: no padded rows
+    assert other["eval_examples_counted"] == same["eval_examples_counted"] == eval_examples(64)
     assert all(graph["warmup"] for graph in graphs_of(other, "eval"))
     assert {tuple(graph["batch_shapes"]["input_ids"]) for graph in graphs_of(other, "eval")} == {(24, 64)}
 

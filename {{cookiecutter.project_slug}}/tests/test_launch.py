@@ -15,7 +15,7 @@ import pytest
 import yaml
 from accelerate.commands.config.config_args import load_config_from_file
 from accelerate.utils import DistributedType
-from conftest import NO_XLA_PRELUDE, PROJECT, QUICK, child_env, run
+from conftest import NO_XLA_PRELUDE, PROJECT, QUICK, child_env, eval_examples, run
 
 BAKED = {
     "mixed_precision": {{ cookiecutter.mixed_precision | tojson }},
@@ -86,7 +86,7 @@ def test_accelerate_launch_with_the_local_config_trains_the_demo_on_xla_cpu(tmp_
     assert report["distributed_type"] == "XLA"
     assert report["device"] == "xla:CPU"
     assert report["num_processes"] == 1
-    assert report["eval_examples_counted"] == 120  # data/demo/eval.csv, padding masked out
+    assert report["eval_examples_counted"] == eval_examples(64)  # the demo's eval set, padding masked out
     config = load_config_from_file(str(PROJECT / "configs" / "xla-cpu.yaml"))
     assert report["precision"]["requested"] == level(config.mixed_precision, config.downcast_bf16)
 

@@ -18,7 +18,7 @@ import time
 
 import pytest
 import torch
-from conftest import PROJECT, child_env, python_code, python_command, run
+from conftest import METRIC, PROJECT, child_env, python_code, python_command, run
 
 from {{ cookiecutter.project_slug }}.checkpointing import LATEST, CheckpointProblem, check_writable, read_progress
 from {{ cookiecutter.project_slug }}.preemption import PREEMPTED_EXIT
@@ -32,7 +32,7 @@ RUN = [
 ]
 RESUME = [*RUN, "--resume", "true"]
 WEIGHTS = "pytorch_model.bin"
-METRICS = ("eval_accuracy", "eval_loss", "eval_examples_counted")
+METRICS = (METRIC, "eval_loss", "eval_examples_counted")
 STEP_SHOWN = re.compile(rb"epoch (\d)/2:[^\r\n]*\| *(\d)/8 ")
 
 

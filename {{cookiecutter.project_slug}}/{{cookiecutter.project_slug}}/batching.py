@@ -1,9 +1,7 @@
 """The batching policy: every batch XLA sees has the same shape.
 
 XLA compiles one program per distinct input shape. So, by default:
-  - every batch is padded to `max_seq_length` (padding="fixed"); "buckets" pads to
-    a multiple of a quarter of it (a few shapes), "dynamic" to the longest row (a new
-    shape almost every batch: kept only to measure what it costs);
+  - every row has `max_seq_length` tokens (padding="fixed"; the task's collator, tasks/, makes the rows);
   - training drops its ragged last batch;
   - evaluation pads its example list with masked copies up to a whole number of
     full batches on every process, so each real example is counted exactly once
@@ -14,32 +12,9 @@ import math
 
 import torch
 from torch.utils.data import DataLoader, Dataset
-from transformers import DataCollatorWithPadding
 
 VALID = "valid"  # 1 for a real example, 0 for a padding copy
 LAST_BATCH_POLICIES = ("pad", "drop", "ragged")
-
-
-def tokenize(split, tokenizer, text_column, text_pair_column, label_column, max_seq_length):
-    """Token ids without padding (the collator pads) plus integer labels."""
-
-    def encode(rows):
-        pairs = rows[text_pair_column] if text_pair_column else None
-        encoded = tokenizer(rows[text_column], pairs, truncation=True, max_length=max_seq_length)
-        encoded["labels"] = [int(float(label)) for label in rows[label_column]]
-        return encoded
-
-    return split.map(encode, batched=True, remove_columns=split.column_names)
-
-
-def make_collator(tokenizer, padding: str, max_seq_length: int):
-    if padding == "fixed":
-        return DataCollatorWithPadding(tokenizer, padding="max_length", max_length=max_seq_length)
-    if padding == "buckets":
-        return DataCollatorWithPadding(tokenizer, padding="longest", pad_to_multiple_of=max(1, max_seq_length // 4))
-    if padding == "dynamic":
-        return DataCollatorWithPadding(tokenizer, padding="longest")
-    raise ValueError(f"padding={padding!r}: must be fixed, buckets or dynamic")
 
 
 class MaskedPadding(Dataset):

@@ -10,7 +10,15 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEMO_DATA_DIR = PROJECT_ROOT / "data" / "demo"
 DEFAULT_MODEL = {{ cookiecutter.model_name_or_path | tojson }}
+{%- if cookiecutter.task == "causal-lm" %}
+DEFAULT_DATASET = "wikitext/wikitext-2-raw-v1"
+# The ways a batch is laid out (tasks/causal_lm.py): packed blocks, one shape (fixed); a text per row, all padded
+# to the longest (longest); a text per row padded per batch (dynamic: recompiles, kept to measure it).
+PADDING_MODES = ("fixed", "longest", "dynamic")
+{%- else %}
 DEFAULT_DATASET = "glue/mrpc"
+PADDING_MODES = ("fixed", "buckets", "dynamic")
+{%- endif %}
 # A from-scratch model learns the demo at a much higher rate than a pretrained one is fine-tuned at.
 DEMO_LEARNING_RATE = 1e-3
 
@@ -30,17 +38,22 @@ def switch(default: bool | None, help: str):
 @dataclass
 class TrainConfig:
     demo: bool | None = switch(
-        None, "Train the offline demo (tiny BERT, shipped data). Default: only when the hub cannot be reached."
+        None, "Train the offline demo ({{ 'tiny Llama' if cookiecutter.task == 'causal-lm' else 'tiny BERT' }}, shipped data). "
+        "Default: only when the hub cannot be reached."
     )
     model_name_or_path: str = field(default=DEFAULT_MODEL, metadata={"help": "Hub id or local folder of the model."})
     dataset: str = field(
         default=DEFAULT_DATASET,
-        metadata={"help": "Hub data set as name/config (glue/mrpc), a local folder laid out like one, or 'files' "
+        metadata={"help": f"Hub data set as name/config ({DEFAULT_DATASET}), a local folder laid out like one, or 'files' "
         "to use --train_file/--eval_file."},
     )
     train_file: str | None = field(default=None, metadata={"help": "Local CSV or JSON lines file for training."})
     eval_file: str | None = field(default=None, metadata={"help": "Local CSV or JSON lines file for evaluation."})
+{%- if cookiecutter.task == "causal-lm" %}
+    text_column: str | None = field(default=None, metadata={"help": "Text column (default: text)."})
+{%- else %}
     text_column: str | None = field(default=None, metadata={"help": "Text column (default: sentence1 or text)."})
+{%- endif %}
     text_pair_column: str | None = field(default=None, metadata={"help": "Second text column, if any."})
     label_column: str = field(default="label", metadata={"help": "Label column (integers 0..num_labels-1)."})
     num_labels: int = {{ cookiecutter.num_labels }}
@@ -53,7 +66,15 @@ class TrainConfig:
         metadata={"help": "Per chip. Evaluation compiles one graph of its own at any size (its last batch is padded)."},
     )
     max_seq_length: int = {{ cookiecutter.max_seq_length }}
+{%- if cookiecutter.task == "causal-lm" %}
+    padding: str = field(
+        default="fixed",
+        metadata={"help": "fixed (packed blocks of max_seq_length tokens, one shape), longest (a text per row, padded "
+        "to the longest), or dynamic (a text per row, padded per batch: recompiles)."},
+    )
+{%- else %}
     padding: str = field(default="fixed", metadata={"help": "fixed (one shape), buckets, or dynamic (recompiles)."})
+{%- endif %}
     num_epochs: int = {{ cookiecutter.num_epochs }}
     learning_rate: float | None = field(
         default=None,
@@ -155,5 +176,4 @@ class ConfigError(ValueError):
     """A configuration value that cannot work; the message names the field."""
 
 
-PADDING_MODES = ("fixed", "buckets", "dynamic")
 PARALLELISMS = ("data", "fsdp")  # parallel/: one module each

@@ -28,7 +28,7 @@ class TextData:
     eval: datasets.Dataset
     text_column: str
     text_pair_column: str | None
-    label_column: str
+    label_column: str | None  # None: texts only (a language model's data)
     source: str
 
 
@@ -104,12 +104,12 @@ def _rows(path: Path):
             yield number, row
 
 
-def check_file(path, columns: list[str], label_column: str, num_labels: int) -> int:
+def check_file(path, columns: list[str], label_column: str | None, num_labels: int) -> int:
     """Refuse a file that cannot be trained on; return its number of examples."""
     return len(read_checked(path, columns, label_column, num_labels))
 
 
-def read_checked(path, columns: list[str], label_column: str, num_labels: int) -> datasets.Dataset:
+def read_checked(path, columns: list[str], label_column: str | None, num_labels: int) -> datasets.Dataset:
     """The file as `datasets` loads it, refused with its name, line and problem if it cannot be trained on.
 
     Two passes: the rows as written (structure, labels, line numbers), then the loaded columns, because
@@ -131,18 +131,21 @@ def read_checked(path, columns: list[str], label_column: str, num_labels: int) -
     return loaded
 
 
-def _checked_lines(path: Path, columns: list[str], label_column: str, num_labels: int) -> list[int]:
-    """The line where each example starts, after checking its columns and label as written."""
+def _checked_lines(path: Path, columns: list[str], label_column: str | None, num_labels: int) -> list[int]:
+    """The line where each example starts, after checking its columns and label (if any) as written."""
     if not path.is_file():
         raise DataProblem(f"{path}: file not found")
     lines = []
     try:
         for line, row in _rows(path):
-            missing = [name for name in [*columns, label_column] if name not in row]
+            missing = [name for name in [*columns, *([label_column] if label_column else [])] if name not in row]
             if missing:
                 raise DataProblem(
                     f"{path} line {line}: no column {missing[0]!r} (columns: {', '.join(map(str, row))})"
                 )
+            if label_column is None:
+                lines.append(line)
+                continue
             label = row[label_column]
             try:
                 valid = float(label) == int(float(label)) and 0 <= int(float(label)) < num_labels
@@ -160,39 +163,41 @@ def _checked_lines(path: Path, columns: list[str], label_column: str, num_labels
     return lines
 
 
-def _load_files(files: dict, config: TrainConfig, text_column: str, source: str) -> TextData:
+def _load_files(files: dict, config: TrainConfig, text_column: str, source: str, labelled: bool) -> TextData:
     columns = [text_column] + ([config.text_pair_column] if config.text_pair_column else [])
+    label_column = config.label_column if labelled else None
     # One load per file, so that a CSV train file can go with a JSON lines eval file.
-    loaded = {
-        split: read_checked(path, columns, config.label_column, config.num_labels) for split, path in files.items()
-    }
-    return TextData(loaded["train"], loaded["eval"], text_column, config.text_pair_column, config.label_column, source)
+    loaded = {split: read_checked(path, columns, label_column, config.num_labels) for split, path in files.items()}
+    return TextData(loaded["train"], loaded["eval"], text_column, config.text_pair_column, label_column, source)
 
 
 def uses_files(config: TrainConfig) -> bool:
     return bool(config.train_file or config.eval_file or config.dataset == "files")
 
 
-def load_text_data(config: TrainConfig, demo: bool) -> TextData:
+def load_text_data(config: TrainConfig, demo: bool, labelled: bool = True) -> TextData:
+    """The train and eval texts (with their labels, when `labelled`): the user's files, the demo's, or the hub's."""
     # The user's own files win over the shipped demo data: --demo with --train_file trains the demo model on them.
     if uses_files(config):
         if not (config.train_file and config.eval_file):
             raise DataProblem("train_file and eval_file: give both local files (CSV or JSON lines)")
         files = {"train": config.train_file, "eval": config.eval_file}
-        return _load_files(files, config, config.text_column or "text", "files")
+        return _load_files(files, config, config.text_column or "text", "files", labelled)
     if demo:
-        return _load_files(DEMO_FILES, config, config.text_column or "text", "demo")
+        return _load_files(DEMO_FILES, config, config.text_column or "text", "demo", labelled)
     loaded = load_hub_dataset(config.dataset)
     if "train" not in loaded:
         raise DataProblem(f"dataset={config.dataset!r}: no train split (splits: {', '.join(loaded)})")
     eval_split = "validation" if "validation" in loaded else "test"
     if eval_split not in loaded:
         raise DataProblem(f"dataset={config.dataset!r}: no validation or test split to evaluate on (splits: {', '.join(loaded)})")
-    for split in ("train", eval_split):
-        check_hub_labels(loaded[split], f"dataset={config.dataset!r} split {split!r}", config.label_column, config.num_labels)
+    if labelled:
+        for split in ("train", eval_split):
+            check_hub_labels(loaded[split], f"dataset={config.dataset!r} split {split!r}", config.label_column, config.num_labels)
     text_column = config.text_column or ("sentence1" if "sentence1" in loaded["train"].column_names else "text")
     pair = config.text_pair_column or ("sentence2" if "sentence2" in loaded["train"].column_names else None)
-    return TextData(loaded["train"], loaded[eval_split], text_column, pair, config.label_column, config.dataset)
+    label_column = config.label_column if labelled else None
+    return TextData(loaded["train"], loaded[eval_split], text_column, pair, label_column, config.dataset)
 
 
 def load_hub_dataset(dataset: str):

@@ -1,21 +1,12 @@
-"""The model: a pretrained checkpoint, or the demo's tiny BERT built from a config.
+"""What every model needs, whatever the task: graph-friendly attention, and a clear error when it cannot be loaded.
 
-Building happens on the host (CPU) only. In a notebook this runs once in the
+The task (tasks/) builds the model, on the host (CPU) only. In a notebook that runs once in the
 parent process and the model is handed to every forked worker.
 """
 
-import torch
-from transformers import (
-    AttentionMaskInterface,
-    AutoModelForSequenceClassification,
-    BertConfig,
-    BertForSequenceClassification,
-)
+from transformers import AttentionMaskInterface
 from transformers.masking_utils import eager_mask
 
-from .config import TrainConfig
-
-DEMO_SHAPE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
 # Eager attention (bf16 stays bf16 in its matmuls; PyTorch's SDPA math path computes them in float32),
 # with its mask always built in the graph. transformers 5.24 decides whether it may skip a padding mask by
 # reading it on the host (`padding_mask.all()` in masking_utils): on XLA a device-to-host transfer and a
@@ -55,19 +46,8 @@ def from_hub_or_folder(load, name: str):
         ) from None
 
 
-def build_model(config: TrainConfig, demo: bool, vocab_size: int | None = None):
-    torch.manual_seed(config.seed)
-    if demo:
-        if vocab_size is None:
-            raise ValueError("vocab_size: the demo model needs its tokenizer's vocabulary size")
-        bert = BertConfig(
-            vocab_size=vocab_size, max_position_embeddings=max(config.max_seq_length, 8), num_labels=config.num_labels,
-            attn_implementation=ATTENTION, **DEMO_SHAPE,
-        )
-        return BertForSequenceClassification(bert)
-    return from_hub_or_folder(
-        lambda name: AutoModelForSequenceClassification.from_pretrained(
-            name, num_labels=config.num_labels, attn_implementation=ATTENTION
-        ),
-        config.model_name_or_path,
-    )
+def build_model(config, demo: bool, vocab_size: int | None = None):
+    """The task's model (tasks/): its demo model built from a config, or a pretrained checkpoint."""
+    from .tasks import task
+
+    return task.build_model(config, demo, vocab_size)

@@ -3,11 +3,17 @@
 import json
 from pathlib import Path
 
+{% if cookiecutter.task == "causal-lm" -%}
+TASK_FIELDS = ("steady_tokens_per_second", "train_padding_fraction", "eval_perplexity", "eval_loss",
+               "eval_examples_counted", "eval_tokens_counted")
+{%- else -%}
+TASK_FIELDS = ("eval_accuracy", "eval_loss", "eval_examples_counted")
+{%- endif %}
 FIELDS = (
     "device", "distributed_type", "num_processes", "epochs", "train_examples", "steady_examples_per_second",
-    "examples_per_second_with_compilation", "learning_rate",
-    "eval_accuracy", "eval_loss", "eval_examples_counted", "xla_compilations", "recompilations", "compile_seconds",
-    "compilation_cache", "precision", "data", "checkpoint", "checkpoint_seconds",
+    "examples_per_second_with_compilation", "learning_rate", *TASK_FIELDS,
+    "xla_compilations", "recompilations", "compile_seconds", "compilation_cache", "precision", "data", "checkpoint",
+    "checkpoint_seconds",
 )
 
 

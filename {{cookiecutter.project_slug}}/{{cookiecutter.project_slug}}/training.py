@@ -14,10 +14,11 @@ from tqdm.auto import tqdm
 
 from . import batching, checkpointing, graph_watch, precision, preemption, runtime
 from .config import ConfigError, TrainConfig
-from .data import load_text_data, load_tokenizer, wants_demo
+from .data import wants_demo
 from .modeling import build_model, use_graph_friendly_attention
 from .parallel import layout_for
 from .report import format_table, write_report
+from .tasks import task
 
 
 def training_function(model=None, config: TrainConfig | None = None) -> dict:
@@ -73,15 +74,8 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
 
 
 def load_examples(config: TrainConfig, demo: bool):
-    """(data, tokenizer, train examples, eval examples), tokenized without padding (the collator pads)."""
-    data = load_text_data(config, demo)
-    tokenizer = load_tokenizer(config, demo)
-    encode = (tokenizer, data.text_column, data.text_pair_column, data.label_column, config.max_seq_length)
-    train_examples = batching.tokenize(data.train, *encode)
-    eval_examples = batching.tokenize(data.eval, *encode)
-    if config.max_train_examples:
-        train_examples = train_examples.select(range(min(config.max_train_examples, len(train_examples))))
-    return data, tokenizer, train_examples, eval_examples
+    """(data source, tokenizer, train examples, eval examples): the task's (tasks/), unpadded (the collator pads)."""
+    return task.load_examples(config, demo)
 
 
 def export(accelerator, layout, tokenizer, folder: Path) -> str:
@@ -107,7 +101,7 @@ def _train(accelerator, layout, model, config: TrainConfig, precision_report, an
         _say(accelerator, f"precision: {precision_report.verified}")
     model = layout.wrap(model)
 
-    collator = batching.make_collator(tokenizer, config.padding, config.max_seq_length)
+    collator = task.make_collator(tokenizer, config.padding, config.max_seq_length)
     # A loader batch feeds one chip (data) or all of a host's chips (fsdp).
     per_loader = layout.devices_per_process()
     train_loader = batching.train_loader(train_examples, collator, config.train_batch_size * per_loader, config.seed)
@@ -221,11 +215,7 @@ def _train(accelerator, layout, model, config: TrainConfig, precision_report, an
             if watch:
                 watch.check("other", epoch)  # the epoch's reductions and reads
                 watch.warmed_up("eval")
-            _say(
-                accelerator,
-                f"epoch {epoch + 1}/{config.num_epochs}: train loss {train_loss:.4f}, "
-                f"eval loss {evaluation['eval_loss']:.4f}, eval accuracy {evaluation['eval_accuracy']:.4f}"
-            )
+            _say(accelerator, f"epoch {epoch + 1}/{config.num_epochs}: train loss {train_loss:.4f}, {task.summary(evaluation)}")
             if config.checkpoint:
                 save(epoch + 1, 0, 0.0)
             if watch:
@@ -256,9 +246,11 @@ def _train(accelerator, layout, model, config: TrainConfig, precision_report, an
         "checkpoint": str(saving["last"]) if saving["last"] else None,
         "checkpoints_written": saving["written"],
         "checkpoint_seconds": saving["seconds"],
+        "task": task.NAME,
         "layout": layout.describe(accelerator, optimizer, precision.bytes_on_device(precision_report)),
         "config": {key: value for key, value in asdict(config).items()},
     }
+    report.update(task.facts(train_examples, collator, config, report))
     return report, tokenizer
 
 
@@ -314,32 +306,23 @@ def _train_epoch(
 
 
 def evaluate(accelerator, model, loader, metric_dtype=torch.float32, watch=None, epoch=0) -> dict:
-    """Accuracy and mean loss over real examples only, accumulated on the device."""
+    """The task's metrics over real examples only (masked copies count for nothing), summed on the device."""
     model.eval()
     device = accelerator.device
-    counts = runtime.device_zeros(2, torch.int64, device)  # correct, counted
+    counts = runtime.device_zeros(len(task.COUNTS), torch.int64, device)
     loss_sum = runtime.device_zeros(1, metric_dtype, device)
     for step, batch in enumerate(loader, start=1):
         valid = batch.pop(batching.VALID)
         with torch.no_grad():
-            logits = model(**batch).logits
-        per_example = torch.nn.functional.cross_entropy(
-            logits.to(metric_dtype), batch["labels"], reduction="none"
-        )
-        hits = (logits.argmax(dim=-1) == batch["labels"]).long() * valid
-        counts += torch.stack([hits.sum(), valid.sum()])
-        loss_sum += (per_example * valid.to(metric_dtype)).sum()
+            batch_counts, batch_loss = task.eval_batch(model, batch, valid, metric_dtype)
+        counts += batch_counts
+        loss_sum += batch_loss
         runtime.sync(device)
         if watch:
             watch.check("eval", epoch, step, batch)
     counts = runtime.sum_over_processes(accelerator, counts).tolist()
     total_loss = runtime.sum_over_processes(accelerator, loss_sum).item()
-    correct, counted = counts
-    return {
-        "eval_accuracy": correct / counted if counted else None,
-        "eval_loss": total_loss / counted if counted else None,
-        "eval_examples_counted": counted,
-    }
+    return task.metrics(dict(zip(task.COUNTS, counts, strict=True)), total_loss)
 
 
 def _say(accelerator, message: str) -> None:

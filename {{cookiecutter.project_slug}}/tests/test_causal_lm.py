@@ -1,0 +1,112 @@
+"""The causal-LM task: packed blocks of exactly max_seq_length tokens, every eval token counted once, and a demo
+that learns. The loop, checkpoints, layouts and watch are the shared ones, tested by the other files here.
+"""
+
+import math
+
+import pytest
+import torch
+from conftest import DEMO_BAR, quick, train
+
+from {{ cookiecutter.project_slug }} import batching
+from {{ cookiecutter.project_slug }}.config import TrainConfig
+from {{ cookiecutter.project_slug }}.data import load_text_data
+from {{ cookiecutter.project_slug }}.modeling import build_model
+from {{ cookiecutter.project_slug }}.tasks import task
+from {{ cookiecutter.project_slug }}.tasks.causal_lm import IGNORED, load_examples, pack
+
+LENGTH = 64
+
+
+@pytest.fixture(scope="module")
+def demo():
+    """(tokenizer, train blocks, eval blocks, the eval texts' token count with one EOS each) at LENGTH."""
+    config = TrainConfig(demo=True, max_seq_length=LENGTH)
+    _, tokenizer, train_blocks, eval_blocks = load_examples(config, demo=True)
+    texts = load_text_data(config, demo=True, labelled=False).eval["text"]
+    tokens = sum(len(ids) + 1 for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"])
+    return tokenizer, train_blocks, eval_blocks, tokens
+
+
+def test_training_blocks_are_full_and_unpadded(demo):
+    _, train_blocks, _, _ = demo
+    assert len(train_blocks) > 0
+    for block in train_blocks:
+        assert len(block["input_ids"]) == LENGTH and sum(block["attention_mask"]) == LENGTH
+        assert block["labels"] == block["input_ids"]
+
+
+def test_eval_blocks_hold_every_token_once_the_last_padded_and_masked(demo):
+    tokenizer, _, eval_blocks, tokens = demo
+    *full, last = list(eval_blocks)
+    assert all(sum(block["attention_mask"]) == LENGTH for block in full)
+    real = sum(last["attention_mask"])
+    assert len(full) * LENGTH + real == tokens  # every token of every text, plus its EOS, exactly once
+    assert len(last["input_ids"]) == LENGTH
+    assert last["labels"][real:] == [IGNORED] * (LENGTH - real)
+    assert last["input_ids"][real:] == [tokenizer.pad_token_id] * (LENGTH - real)
+
+
+def test_packing_joins_texts_with_eos():
+    class Words:
+        eos_token_id, pad_token_id = 9, 0
+
+        def __call__(self, texts, add_special_tokens):
+            return {"input_ids": [[int(word) for word in text.split()] for text in texts]}
+
+    blocks = pack(["1 2 3", "4 5", "6"], Words(), 4, keep_last=True)
+    assert blocks["input_ids"] == [[1, 2, 3, 9], [4, 5, 9, 6], [9, 0, 0, 0]]
+    assert blocks["labels"][-1] == [9, IGNORED, IGNORED, IGNORED]
+    assert len(pack(["1 2 3", "4 5", "6"], Words(), 4, keep_last=False)) == 2
+
+
+def untrained_perplexity(max_seq_length: int) -> float:
+    """The demo model before any step, evaluated on the plain CPU with the project's eval step."""
+    config = TrainConfig(demo=True, max_seq_length=max_seq_length)
+    _, tokenizer, _, eval_blocks = load_examples(config, demo=True)
+    model = build_model(config, demo=True, vocab_size=len(tokenizer)).eval()
+    counts = torch.zeros(len(task.COUNTS), dtype=torch.int64)
+    for batch in batching.eval_loader(eval_blocks, task.make_collator(tokenizer, "fixed", max_seq_length), 16, 1):
+        valid = batch.pop(batching.VALID)
+        with torch.no_grad():
+            counts += task.eval_batch(model, batch, valid, torch.float32)[0]
+    return task.metrics(dict(zip(task.COUNTS, counts.tolist(), strict=True)), 0.0)["eval_perplexity"]
+
+
+@pytest.mark.xla
+def test_the_default_demo_learns_well_below_its_starting_perplexity(demo_report):
+    """The default demo (baked epochs, batch and length, bf16 as baked), on two CPU cores."""
+    report, _ = demo_report("fp32")
+    start = untrained_perplexity(report["config"]["max_seq_length"])
+    assert start > 4 * DEMO_BAR  # about the vocabulary's size: an untrained model guesses
+    assert report["eval_perplexity"] <= DEMO_BAR, report["eval_perplexity"]
+    assert report["eval_perplexity"] == pytest.approx(math.exp(report["eval_loss"]))
+
+
+@pytest.mark.xla
+def test_a_run_compiles_three_graphs_and_epochs_add_none(demo_report):
+    report, _ = demo_report("fp32")
+    # The first step, the step with optimizer state (the steady one from then on), the evaluation step.
+    assert report["xla_compilations"] == 3
+    assert [graph["phase"] for graph in report["graphs"]["graphs"]] == ["train", "train", "eval"]
+    assert len(set(report["process_compilations_after_each_epoch"])) == 1 and report["recompilations"] == 0
+    assert report["train_padding_fraction"] == 0
+    assert report["steady_tokens_per_second"] == pytest.approx(
+        report["steady_examples_per_second"] * report["config"]["max_seq_length"]
+    )
+
+
+@pytest.mark.xla
+def test_eval_counts_every_token_once_and_reports_the_padding(tmp_path, demo):
+    _, _, eval_blocks, tokens = demo
+    report, _ = train(tmp_path, *quick("--mixed_precision", "no", "--max_seq_length", str(LENGTH)))
+    assert report["eval_examples_counted"] == len(eval_blocks)
+    # Each block's first token has no prediction in it: every other token is predicted once.
+    assert report["eval_tokens_counted"] == tokens - len(eval_blocks)
+
+
+@pytest.mark.xla
+def test_one_text_per_row_padded_to_the_longest_is_one_shape_with_padding(tmp_path):
+    report, _ = train(tmp_path, *quick("--mixed_precision", "no", "--padding", "longest"))
+    assert report["recompilations"] == 0 and report["xla_compilations"] == 3
+    assert 0 < report["train_padding_fraction"] < 1

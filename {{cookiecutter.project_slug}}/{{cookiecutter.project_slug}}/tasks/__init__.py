@@ -1,0 +1,19 @@
+"""The task: how examples become fixed-shape batches, which model is built, and what evaluation measures.
+
+The training loop (training.py), precision, checkpoints, report, launchers and recompilation watch are the same
+for every task; a task module gives them:
+
+  load_examples(config, demo)     -> (data source, tokenizer, train examples, eval examples)
+  make_collator(tokenizer, padding, max_seq_length) -> every batch the same shape (padding="fixed")
+  build_model(config, demo, vocab_size)
+  COUNTS, eval_batch(model, batch, valid, metric_dtype) -> (counts, loss sum) of one eval batch, on the device
+  metrics(counts, loss_sum)       -> the eval_* fields of the report
+  facts(train_examples, collator, config, report) -> task-specific report fields (tokens per second, padding)
+  AUTO_MODEL                      -> the transformers Auto class that loads an exported model
+
+This project was generated for one task: {{ cookiecutter.task }} ({{ cookiecutter.task | replace('-', '_') }}.py).
+"""
+
+from . import {{ cookiecutter.task | replace('-', '_') }} as task
+
+__all__ = ["task"]

@@ -1,0 +1,161 @@
+"""Causal language-model fine-tuning on packed blocks of exactly `max_seq_length` tokens, measured by perplexity.
+
+Packing (padding="fixed"): every text is tokenized, followed by the EOS token, joined, and cut into blocks of
+max_seq_length tokens: one shape, no padding. Training keeps whole blocks only; evaluation keeps the last, short
+one too, padded and masked (labels -100), so that every eval token is predicted exactly once. (A block's first
+token has no prediction in it: the counted tokens are each block's length minus one.)
+
+padding="longest" (one text per row, all padded to the longest row) and "dynamic" (one text per row, padded per
+batch) exist to measure what packing saves.
+"""
+
+import math
+
+import datasets
+import torch
+from torch.utils.data import DataLoader
+from transformers import AutoModelForCausalLM, DataCollatorForSeq2Seq, LlamaConfig, LlamaForCausalLM
+
+from ..config import PADDING_MODES, TrainConfig
+from ..data import load_text_data, load_tokenizer
+from ..modeling import ATTENTION, from_hub_or_folder
+
+NAME = "causal-lm"
+IGNORED = -100  # labels the loss skips: padding
+DEMO_SHAPE = {
+    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+}
+COUNTS = ("blocks", "tokens", "loss")  # what evaluation sums on the device, all whole numbers
+LOSS_SCALE = 4096  # the loss is summed in 1/4096 nats per token (see eval_batch)
+AUTO_MODEL = AutoModelForCausalLM  # what loads an exported model (outputs/model)
+
+
+def _token_rows(texts, tokenizer, max_length: int | None) -> list[list[int]]:
+    """Each text's ids followed by EOS (cut to max_length when given), no other special tokens."""
+    ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    rows = [row + [tokenizer.eos_token_id] for row in ids]
+    return [row[:max_length] for row in rows] if max_length else rows
+
+
+def pack(texts, tokenizer, length: int, keep_last: bool) -> datasets.Dataset:
+    """Blocks of exactly `length` tokens cut from all texts joined; the short last one padded and masked, or dropped."""
+    stream = [token for row in _token_rows(texts, tokenizer, None) for token in row]
+    blocks = [stream[start:start + length] for start in range(0, len(stream), length)]
+    if blocks and len(blocks[-1]) < length and not keep_last:
+        blocks.pop()
+    return datasets.Dataset.from_dict(_padded(blocks, length, tokenizer.pad_token_id))
+
+
+def _padded(rows, length: int, pad_id: int) -> dict:
+    """input_ids, attention_mask and labels, each row padded to `length` (padding masked, labels -100)."""
+    columns = {"input_ids": [], "attention_mask": [], "labels": []}
+    for row in rows:
+        missing = length - len(row)
+        columns["input_ids"].append(row + [pad_id] * missing)
+        columns["attention_mask"].append([1] * len(row) + [0] * missing)
+        columns["labels"].append(row + [IGNORED] * missing)
+    return columns
+
+
+def load_examples(config: TrainConfig, demo: bool):
+    """(data, tokenizer, train examples, eval examples): packed blocks, or one text per row for the other paddings."""
+    data = load_text_data(config, demo, labelled=False)
+    tokenizer = load_tokenizer(config, demo)
+    if tokenizer.eos_token is None:  # the demo's WordPiece tokenizer: its separator ends a text
+        tokenizer.eos_token = tokenizer.sep_token
+    if tokenizer.pad_token is None:  # Llama-style tokenizers have none; padding is masked anyway
+        tokenizer.pad_token = tokenizer.eos_token
+    texts = {split: [text for text in getattr(data, split)[data.text_column] if text.strip()] for split in ("train", "eval")}
+    length = config.max_seq_length
+    if config.padding == "fixed":
+        train = pack(texts["train"], tokenizer, length, keep_last=False)
+        evaluation = pack(texts["eval"], tokenizer, length, keep_last=True)
+    else:
+        rows = {split: _token_rows(split_texts, tokenizer, length) for split, split_texts in texts.items()}
+        if config.padding == "longest":  # every row as long as the longest one: one shape, no packing
+            length = max(len(row) for split_rows in rows.values() for row in split_rows)
+            train, evaluation = (datasets.Dataset.from_dict(_padded(rows[split], length, tokenizer.pad_token_id))
+                                 for split in ("train", "eval"))
+        else:  # dynamic: the collator pads each batch to its longest row
+            train, evaluation = (datasets.Dataset.from_dict({"input_ids": rows[split], "labels": rows[split]})
+                                 for split in ("train", "eval"))
+    if config.max_train_examples:
+        train = train.select(range(min(config.max_train_examples, len(train))))
+    return data, tokenizer, train, evaluation
+
+
+def make_collator(tokenizer, padding: str, max_seq_length: int):
+    """Rows of one length are stacked as they are (fixed, longest); dynamic pads each batch to its longest row."""
+    if padding not in PADDING_MODES:
+        raise ValueError(f"padding={padding!r}: must be one of {', '.join(PADDING_MODES)}")
+    # transformers' collator that pads labels with -100 (the masked ones) as well as the ids and the mask.
+    return DataCollatorForSeq2Seq(tokenizer, padding="longest", label_pad_token_id=IGNORED)
+
+
+def build_model(config: TrainConfig, demo: bool, vocab_size: int | None = None):
+    """The demo's tiny Llama built from a config (no download), or a pretrained causal language model."""
+    torch.manual_seed(config.seed)
+    if demo:
+        if vocab_size is None:
+            raise ValueError("vocab_size: the demo model needs its tokenizer's vocabulary size")
+        llama = LlamaConfig(
+            vocab_size=vocab_size, max_position_embeddings=max(config.max_seq_length, 8), attn_implementation=ATTENTION,
+            **DEMO_SHAPE,
+        )
+        return LlamaForCausalLM(llama)
+    return from_hub_or_folder(
+        lambda name: AutoModelForCausalLM.from_pretrained(name, attn_implementation=ATTENTION), config.model_name_or_path
+    )
+
+
+def eval_batch(model, batch, valid, metric_dtype):
+    """(real blocks, predicted tokens and their summed loss in 1/LOSS_SCALE nats, a zero float) of one batch.
+
+    The loss is summed as whole numbers: under XLA_USE_BF16 every float on the device is bf16 (8 bits of
+    mantissa), and a float sum over thousands of tokens would move in steps of tens of nats. Each token's loss
+    is rounded to 1/LOSS_SCALE nats before the sum instead. Masked copies (valid 0) count for nothing.
+    """
+    labels = batch["labels"]
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    predicted, targets = logits[:, :-1], labels[:, 1:]  # position t predicts token t + 1
+    per_token = torch.nn.functional.cross_entropy(
+        predicted.reshape(-1, predicted.shape[-1]).to(metric_dtype), targets.reshape(-1),
+        ignore_index=IGNORED, reduction="none",
+    ).view(targets.shape)
+    counted = (targets != IGNORED).long() * valid.unsqueeze(1)
+    scaled = torch.round(per_token * LOSS_SCALE).long() * counted
+    return torch.stack([valid.sum(), counted.sum(), scaled.sum()]), torch.zeros((), dtype=metric_dtype, device=logits.device)
+
+
+def metrics(counts: dict, loss_sum: float) -> dict:
+    tokens = counts["tokens"]
+    loss = counts["loss"] / LOSS_SCALE / tokens if tokens else None
+    return {
+        "eval_loss": loss,
+        "eval_perplexity": math.exp(loss) if loss is not None else None,
+        "eval_examples_counted": counts["blocks"],
+        "eval_tokens_counted": tokens,
+    }
+
+
+def summary(evaluation: dict) -> str:
+    return f"eval loss {evaluation['eval_loss']:.4f}, eval perplexity {evaluation['eval_perplexity']:.2f}"
+
+
+def facts(train_examples, collator, config: TrainConfig, report: dict) -> dict:
+    """Padding in the training batches (collated on the host, in data set order) and the steady tokens per second.
+
+    The tokens per second are computed: the run's measured steady examples per second times the real
+    (unpadded) tokens per example.
+    """
+    real = total = rows = 0
+    for batch in DataLoader(train_examples, batch_size=config.train_batch_size, collate_fn=collator, drop_last=True):
+        real += int(batch["attention_mask"].sum())
+        total += batch["attention_mask"].numel()
+        rows += batch["attention_mask"].shape[0]
+    per_second = report.get("steady_examples_per_second")
+    return {
+        "train_padding_fraction": 1 - real / total if total else None,
+        "steady_tokens_per_second": per_second * real / rows if per_second and rows else None,
+    }

@@ -1,0 +1,102 @@
+"""Text classification: a label per text (or text pair), measured by accuracy.
+
+Each text is tokenized alone and padded to `max_seq_length` (padding="fixed"): one batch shape.
+"""
+
+import torch
+from transformers import (
+    AutoModelForSequenceClassification,
+    BertConfig,
+    BertForSequenceClassification,
+    DataCollatorWithPadding,
+)
+
+from ..config import PADDING_MODES, TrainConfig
+from ..data import load_text_data, load_tokenizer
+from ..modeling import ATTENTION, from_hub_or_folder
+
+NAME = "text-classification"
+DEMO_SHAPE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
+COUNTS = ("correct", "counted")  # what evaluation counts on the device, besides the loss
+AUTO_MODEL = AutoModelForSequenceClassification  # what loads an exported model (outputs/model)
+
+
+def tokenize(split, tokenizer, text_column, text_pair_column, label_column, max_seq_length):
+    """Token ids without padding (the collator pads) plus integer labels."""
+
+    def encode(rows):
+        pairs = rows[text_pair_column] if text_pair_column else None
+        encoded = tokenizer(rows[text_column], pairs, truncation=True, max_length=max_seq_length)
+        encoded["labels"] = [int(float(label)) for label in rows[label_column]]
+        return encoded
+
+    return split.map(encode, batched=True, remove_columns=split.column_names)
+
+
+def load_examples(config: TrainConfig, demo: bool):
+    """(data, tokenizer, train examples, eval examples), tokenized without padding (the collator pads)."""
+    data = load_text_data(config, demo)
+    tokenizer = load_tokenizer(config, demo)
+    encode = (tokenizer, data.text_column, data.text_pair_column, data.label_column, config.max_seq_length)
+    train_examples = tokenize(data.train, *encode)
+    eval_examples = tokenize(data.eval, *encode)
+    if config.max_train_examples:
+        train_examples = train_examples.select(range(min(config.max_train_examples, len(train_examples))))
+    return data, tokenizer, train_examples, eval_examples
+
+
+def make_collator(tokenizer, padding: str, max_seq_length: int):
+    """fixed: every row padded to max_seq_length (one shape); buckets: to a multiple of a quarter of it (a few);
+    dynamic: to the longest row of the batch (a new shape almost every batch: kept only to measure its cost)."""
+    if padding == "fixed":
+        return DataCollatorWithPadding(tokenizer, padding="max_length", max_length=max_seq_length)
+    if padding == "buckets":
+        return DataCollatorWithPadding(tokenizer, padding="longest", pad_to_multiple_of=max(1, max_seq_length // 4))
+    if padding == "dynamic":
+        return DataCollatorWithPadding(tokenizer, padding="longest")
+    raise ValueError(f"padding={padding!r}: must be one of {', '.join(PADDING_MODES)}")
+
+
+def build_model(config: TrainConfig, demo: bool, vocab_size: int | None = None):
+    """The demo's tiny BERT built from a config (no download), or a pretrained checkpoint with a new head."""
+    torch.manual_seed(config.seed)
+    if demo:
+        if vocab_size is None:
+            raise ValueError("vocab_size: the demo model needs its tokenizer's vocabulary size")
+        bert = BertConfig(
+            vocab_size=vocab_size, max_position_embeddings=max(config.max_seq_length, 8), num_labels=config.num_labels,
+            attn_implementation=ATTENTION, **DEMO_SHAPE,
+        )
+        return BertForSequenceClassification(bert)
+    return from_hub_or_folder(
+        lambda name: AutoModelForSequenceClassification.from_pretrained(
+            name, num_labels=config.num_labels, attn_implementation=ATTENTION
+        ),
+        config.model_name_or_path,
+    )
+
+
+def eval_batch(model, batch, valid, metric_dtype):
+    """(correct and counted examples, summed loss) of one batch; masked copies (valid 0) count for nothing."""
+    logits = model(**batch).logits
+    per_example = torch.nn.functional.cross_entropy(logits.to(metric_dtype), batch["labels"], reduction="none")
+    hits = (logits.argmax(dim=-1) == batch["labels"]).long() * valid
+    return torch.stack([hits.sum(), valid.sum()]), (per_example * valid.to(metric_dtype)).sum()
+
+
+def metrics(counts: dict, loss_sum: float) -> dict:
+    counted = counts["counted"]
+    return {
+        "eval_accuracy": counts["correct"] / counted if counted else None,
+        "eval_loss": loss_sum / counted if counted else None,
+        "eval_examples_counted": counted,
+    }
+
+
+def summary(evaluation: dict) -> str:
+    return f"eval loss {evaluation['eval_loss']:.4f}, eval accuracy {evaluation['eval_accuracy']:.4f}"
+
+
+def facts(train_examples, collator, config: TrainConfig, report: dict) -> dict:
+    """Nothing beyond the loop's own fields for this task."""
+    return {}
