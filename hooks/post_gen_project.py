@@ -19,10 +19,12 @@ TASK_FILES = {
         # The benchmarks written around a classifier: precision modes, eval batching and loops, checkpoint cost.
         "benchmarks/measure_precision.py", "benchmarks/test_precision.py", "benchmarks/measure_recompilation.py",
         "benchmarks/test_recompilation.py", "benchmarks/grid.py", "benchmarks/workload.py",
-        "benchmarks/test_checkpointing.py",
+        "benchmarks/test_checkpointing.py", "benchmarks/measure_shared_model.py", "benchmarks/test_shared_model_memory.py",
+        f"{ANSWERS['project_slug']}/memory.py", "data/demo",
     ),
     "causal-lm": (
         f"{ANSWERS['project_slug']}/tasks/causal_lm.py", "tests/test_causal_lm.py", "benchmarks/test_packing.py",
+        "data/demo-lm",
     ),
 }
 BENCHMARK_FILES = (

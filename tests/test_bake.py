@@ -27,9 +27,14 @@ TASK_ONLY = {
         "tpu_text_classifier/tasks/text_classification.py", "tests/test_data_files.py", "tests/test_training.py",
         "tests/test_benchmark_logic.py", "benchmarks/measure_precision.py", "benchmarks/test_precision.py",
         "benchmarks/measure_recompilation.py", "benchmarks/test_recompilation.py", "benchmarks/grid.py",
-        "benchmarks/workload.py", "benchmarks/test_checkpointing.py",
+        "benchmarks/workload.py", "benchmarks/test_checkpointing.py", "benchmarks/measure_shared_model.py",
+        "benchmarks/test_shared_model_memory.py", "tpu_text_classifier/memory.py", "data/demo/train.csv",
+        "data/demo/eval.csv",
     },
-    "causal-lm": {"tpu_text_classifier/tasks/causal_lm.py", "tests/test_causal_lm.py", "benchmarks/test_packing.py"},
+    "causal-lm": {
+        "tpu_text_classifier/tasks/causal_lm.py", "tests/test_causal_lm.py", "benchmarks/test_packing.py",
+        "data/demo-lm/train.csv", "data/demo-lm/eval.csv",
+    },
 }
 UNRENDERED = re.compile(r"(?<!\$)\{\{|\{%|%\}")
 
@@ -132,6 +137,9 @@ def test_answers_recorded_for_cruft(baked):
     assert Path(recorded["template"]).resolve() == TEMPLATE.resolve()
     for name, value in answers.items():
         assert str(context[name]) == str(value), name
+    # The default model follows the task.
+    expected = "Qwen/Qwen2.5-0.5B" if answers.get("task") == "causal-lm" else "bert-base-cased"
+    assert context["model_name_or_path"] == expected
 
 
 ENTRY_POINTS = {
@@ -144,13 +152,15 @@ ENTRY_POINTS = {
 def test_readme_names_the_chosen_options(baked):
     answers, project = baked
     chosen = {**{"variants": "both", "shared_model": True, "mixed_precision": "bf16", "downcast_bf16": False,
-                 "train_batch_size": 16, "max_seq_length": 128, "num_processes": 8, "parallelism": "data"}, **answers}
+                 "train_batch_size": 16, "max_seq_length": 128, "num_processes": 8, "parallelism": "data",
+                 "task": "text-classification"}, **answers}
     chosen.setdefault("eval_batch_size", chosen["train_batch_size"])
     rows = {
         line.split("|")[1].strip(): line.split("|")[2].strip()
         for line in (project / "README.md").read_text().splitlines()
         if line.startswith("| ") and line.count("|") >= 4
     }
+    assert rows["task"] == f"`{chosen['task']}`"
     assert rows["entry points"].startswith(ENTRY_POINTS[chosen["variants"]])
     assert rows["shared model"].startswith("yes" if chosen["shared_model"] else "no")
     assert rows["mixed precision"] == f"`{chosen['mixed_precision']}`"

@@ -26,18 +26,20 @@ QUICK = ["--demo", "true", "--max_seq_length", "64", "--max_train_examples", "96
 TASK = "{{ cookiecutter.task }}"
 METRIC = "eval_perplexity" if TASK == "causal-lm" else "eval_accuracy"
 # The default demo (baked epochs and length): the classifier's accuracy, the language model's perplexity (its
-# untrained perplexity, measured by test_causal_lm.py, is about the vocabulary's size).
-DEMO_BAR = 150.0 if TASK == "causal-lm" else 0.9
+# untrained perplexity, measured by test_causal_lm.py, is about the vocabulary's size: about 140).
+DEMO_BAR = 40.0 if TASK == "causal-lm" else 0.9
 
 
 def demo_learned(report) -> bool:
     return report[METRIC] <= DEMO_BAR if TASK == "causal-lm" else report[METRIC] >= DEMO_BAR
 
 
-def close_metrics(report, other, tolerance: float = 0.05) -> bool:
-    """Two runs that should learn about as well: accuracy within `tolerance`, or losses within it (language model)."""
-    key = "eval_loss" if TASK == "causal-lm" else METRIC
-    return abs(report[key] - other[key]) <= tolerance
+def close_metrics(report, other) -> bool:
+    """Two runs that should learn about as well: accuracy within 0.05, or (language model) eval losses within 0.1
+    nats, a perplexity within about 10% (measured: the bf16 demo ends 0.063 nats above the float32 one)."""
+    if TASK == "causal-lm":
+        return abs(report["eval_loss"] - other["eval_loss"]) <= 0.1
+    return abs(report[METRIC] - other[METRIC]) <= 0.05
 
 
 def eval_examples(max_seq_length: int) -> int:

@@ -78,7 +78,7 @@ def test_the_default_demo_learns_well_below_its_starting_perplexity(demo_report)
     """The default demo (baked epochs, batch and length, bf16 as baked), on two CPU cores."""
     report, _ = demo_report("fp32")
     start = untrained_perplexity(report["config"]["max_seq_length"])
-    assert start > 4 * DEMO_BAR  # about the vocabulary's size: an untrained model guesses
+    assert start > 3 * DEMO_BAR  # about the vocabulary's size: an untrained model guesses
     assert report["eval_perplexity"] <= DEMO_BAR, report["eval_perplexity"]
     assert report["eval_perplexity"] == pytest.approx(math.exp(report["eval_loss"]))
 

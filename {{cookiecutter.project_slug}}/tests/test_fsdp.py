@@ -21,7 +21,7 @@ from {{ cookiecutter.project_slug }}.parallel.fsdp import layer_class
 RUN = ["--demo", "true", "--max_seq_length", "64", "--num_epochs", "2", "--mixed_precision", "no",
        "--max_recompilations", "0"]
 ONE_DEVICE = ["--train_batch_size", "16", "--eval_batch_size", "64", "--checkpoint", "false", "--export", "false"]
-FOUR_DEVICES = ["--parallelism", "fsdp", "--train_batch_size", "4", "--eval_batch_size", "16", "--save_steps", "20"]
+FOUR_DEVICES = ["--parallelism", "fsdp", "--train_batch_size", "4", "--eval_batch_size", "16", "--save_steps", "5"]
 DEVICES = 4
 
 
@@ -88,17 +88,17 @@ def test_sigkill_and_resume_end_with_the_uninterrupted_weights_and_metrics(tmp_p
     process = subprocess.Popen(command, cwd=PROJECT, env=spmd_env(DEVICES), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     latest = output / "checkpoints" / "LATEST"
     deadline = time.monotonic() + 600
-    while not (latest.is_file() and latest.read_text().strip() == "step-20"):
+    while not (latest.is_file() and latest.read_text().strip() == "step-5"):
         assert process.poll() is None, process.stderr.read().decode()[-3000:]
         assert time.monotonic() < deadline, "no step checkpoint"
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert process.returncode == -signal.SIGKILL
-    assert (output / "checkpoints" / "step-20" / "sharded" / ".metadata").is_file()  # torch.distributed.checkpoint
+    assert (output / "checkpoints" / "step-5" / "sharded" / ".metadata").is_file()  # torch.distributed.checkpoint
 
     resumed, result = train(tmp_path, *RUN, *FOUR_DEVICES, "--resume", env=spmd_env(DEVICES))
-    assert "resume: continuing after epoch 0, step 20 of epoch 1" in result.stdout
+    assert "resume: continuing after epoch 0, step 5 of epoch 1" in result.stdout
     for key in (METRIC, "eval_loss", "eval_examples_counted"):
         assert resumed[key] == uninterrupted[key], key
     assert resumed["learning_rate"]["after_training"] == uninterrupted["learning_rate"]["after_training"]

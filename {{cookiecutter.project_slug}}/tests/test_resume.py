@@ -215,7 +215,8 @@ def test_sigterm_stops_at_a_step_with_a_checkpoint_and_resume_ends_as_the_uninte
         assert (name, progress["epochs_done"], progress["epoch_step"]) == ("epoch-1", 1, 0)
     else:
         assert name == f"step-{progress['global_step']}"
-        assert progress["epochs_done"] == epoch - 1 and step <= progress["epoch_step"] < 8
+        # A fast model (the causal-LM task's) may finish the epoch's last step before the signal lands.
+        assert progress["epochs_done"] == epoch - 1 and step <= progress["epoch_step"] <= 8
     result, report = resume_to_the_end(output, expected, final)
     if progress["epoch_step"]:
         assert f"step {progress['epoch_step']} of epoch {progress['epochs_done'] + 1}" in result.stdout

@@ -8,7 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+{%- if cookiecutter.task == "causal-lm" %}
+DEMO_DATA_DIR = PROJECT_ROOT / "data" / "demo-lm"  # written by the template's tools/make_lm_demo_text.py
+{%- else %}
 DEMO_DATA_DIR = PROJECT_ROOT / "data" / "demo"
+{%- endif %}
 DEFAULT_MODEL = {{ cookiecutter.model_name_or_path | tojson }}
 {%- if cookiecutter.task == "causal-lm" %}
 DEFAULT_DATASET = "wikitext/wikitext-2-raw-v1"

@@ -46,6 +46,25 @@ def from_hub_or_folder(load, name: str):
         ) from None
 
 
+def enable_gradient_checkpointing(model):
+    """Recompute each layer's activations in the backward pass (transformers' activation checkpointing).
+
+    transformers binds each layer's keyword arguments itself and calls `_gradient_checkpointing_func` per layer;
+    its default, torch.utils.checkpoint, fails on XLA (it looks up a `torch.xla` device module), so on XLA that
+    function is torch_xla's checkpoint, whose optimization barriers keep XLA from undoing the recomputation.
+    """
+    model.activation_checkpointing_enable()
+    from .runtime import xla_installed
+
+    if xla_installed():
+        from torch_xla.utils.checkpoint import checkpoint
+
+        for module in model.modules():
+            if hasattr(module, "_gradient_checkpointing_func"):
+                module._gradient_checkpointing_func = checkpoint
+    return model
+
+
 def build_model(config, demo: bool, vocab_size: int | None = None):
     """The task's model (tasks/): its demo model built from a config, or a pretrained checkpoint."""
     from .tasks import task

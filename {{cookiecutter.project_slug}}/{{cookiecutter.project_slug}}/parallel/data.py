@@ -8,7 +8,8 @@ from pathlib import Path
 
 import torch
 
-from ..runtime import uses_xla, xla_installed
+from ..modeling import enable_gradient_checkpointing
+from ..runtime import uses_xla
 
 
 class DataParallel:
@@ -24,19 +25,7 @@ class DataParallel:
     def wrap(self, model):
         """Unchanged: Accelerate's `prepare` moves the model to the device."""
         if self.config.gradient_checkpointing:
-            if xla_installed():
-                # torch_xla's checkpoint around each repeated block: torch.utils.checkpoint (what transformers'
-                # gradient_checkpointing_enable uses) fails on XLA looking for a `torch.xla` device module.
-                from torch_xla.distributed.fsdp import checkpoint_module
-
-                from .fsdp import layer_class
-
-                block = layer_class(model)
-                for module in model.modules():
-                    if type(module) is block:
-                        checkpoint_module(module)
-            else:
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_gradient_checkpointing(model)
         return model
 
     def devices_per_process(self) -> int:

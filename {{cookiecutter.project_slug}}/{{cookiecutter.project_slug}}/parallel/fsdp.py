@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ..config import ConfigError
+from ..modeling import enable_gradient_checkpointing
 
 AXIS = "fsdp"
 SHARDED = "sharded"  # the torch.distributed.checkpoint folder inside a checkpoint
@@ -84,18 +85,11 @@ class FsdpV2:
         from torch_xla.experimental.spmd_fully_sharded_data_parallel import SpmdFullyShardedDataParallel
 
         layer = layer_class(model, self.config.fsdp_layer_class)
-        wrapper = SpmdFullyShardedDataParallel
         if self.config.gradient_checkpointing:
-            from torch_xla.distributed.fsdp import checkpoint_module
-
-            # torch_xla's checkpoint (optimization barriers keep XLA from undoing the recomputation).
-            def wrapper(module, *args, **kwargs):
-                return SpmdFullyShardedDataParallel(checkpoint_module(module), *args, **kwargs)
-
+            enable_gradient_checkpointing(model)
         self.model = SpmdFullyShardedDataParallel(
             model, mesh=self.mesh, shard_output=shard_output,
             auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={layer}),
-            auto_wrapper_callable=wrapper,
         )
         return self.model
 
