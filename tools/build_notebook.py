@@ -178,14 +178,21 @@ LAUNCH_WHY = """## 5. Launch
 `check_before_launch` stops here, naming the cell to move, if anything above touched a device.
 Then `notebook_launcher` starts the training: one process per chip on a TPU runtime (Colab: 1,
 Kaggle: 8), elsewhere `num_processes` forked workers (or this process itself when it is 1).
+
+With `parallelism="fsdp"` (SPMD FSDPv2) there is nothing to fork: this process drives every
+chip, and `training_function` runs right here.
 """
 
 LAUNCH = """check_before_launch(model, launch_options["num_processes"])
-notebook_launcher(training_function, (model, config), **launch_options)"""
+if config.parallelism == "fsdp":
+    # SPMD: one process drives every chip of this host, so the function runs here, not in forked workers.
+    training_function(model, config)
+else:
+    notebook_launcher(training_function, (model, config), **launch_options)"""
 
 REPORT_WHY = """## 6. The report
 
-The main process wrote the training report (accuracy, throughput, XLA compilations, precision
+The main process wrote the training report ({{ 'perplexity' if cookiecutter.task == 'causal-lm' else 'accuracy' }}, throughput, XLA compilations, precision
 actually used) as JSON next to the checkpoints.
 """
 

@@ -12,6 +12,7 @@ import time
 import torch
 
 from {{ cookiecutter.project_slug }} import batching, precision, runtime, training
+from {{ cookiecutter.project_slug }}.tasks.text_classification import make_collator
 
 from . import graph_types, workload
 from .profiles import Profile
@@ -44,7 +45,7 @@ def run_mode(mode: graph_types.Mode, model_name: str, profile: Profile) -> dict:
         model = model.to(torch.bfloat16)
     parameters = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.resolved_learning_rate(True))
-    collator = batching.make_collator(tokenizer, "fixed", config.max_seq_length)
+    collator = make_collator(tokenizer, "fixed", config.max_seq_length)
     loader = batching.train_loader(train_examples, collator, profile.batch_size, config.seed)
     # One step more than run, so the rate never reaches exactly 0 (a graph of its own).
     scheduler = get_linear_schedule_with_warmup(optimizer, 0, profile.loss_steps + 1)

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from {{ cookiecutter.project_slug }} import batching, graph_watch, precision, runtime, training
+from {{ cookiecutter.project_slug }}.tasks.text_classification import make_collator
 from {{ cookiecutter.project_slug }}.config import TrainConfig
 
 from . import workload
@@ -69,9 +70,9 @@ def eval_cell(cell: Cell, profile: Profile, cache_dir: str | None = None) -> dic
     tokenizer, train_examples, eval_examples = workload.demo_examples(config)
     model = workload.build("demo", config, len(tokenizer))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.resolved_learning_rate(True))
-    fixed = batching.make_collator(tokenizer, "fixed", config.max_seq_length)
+    fixed = make_collator(tokenizer, "fixed", config.max_seq_length)
     train_loader = batching.train_loader(train_examples, fixed, config.train_batch_size, config.seed)
-    collator = batching.make_collator(tokenizer, cell.padding, config.max_seq_length)
+    collator = make_collator(tokenizer, cell.padding, config.max_seq_length)
     loader = batching.eval_loader(
         eval_examples, collator, cell.eval_batch_size, accelerator.num_processes, last_batch=cell.last_batch
     )
@@ -170,7 +171,7 @@ def accelerate_example_loop(profile: Profile, output_dir: str) -> dict:
     accelerator = _accelerator()
     with runtime.counting_compilations() as compiled:
         tokenizer, train_examples, eval_examples = workload.demo_examples(config)
-        collate = batching.make_collator(tokenizer, "dynamic", config.max_seq_length)
+        collate = make_collator(tokenizer, "dynamic", config.max_seq_length)
         train_dataloader = DataLoader(train_examples, shuffle=True, collate_fn=collate, batch_size=EXAMPLE_TRAIN_BATCH_SIZE)
         eval_dataloader = DataLoader(eval_examples, shuffle=False, collate_fn=collate, batch_size=EXAMPLE_EVAL_BATCH_SIZE)
         model = workload.build("demo", config, len(tokenizer))
@@ -224,7 +225,7 @@ def trainer_loop(profile: Profile, output_dir: str, tuned: bool = False) -> dict
     with runtime.counting_compilations() as compiled:
         tokenizer, train_examples, eval_examples = workload.demo_examples(config)
         model = workload.build("demo", config, len(tokenizer))
-        collator = batching.make_collator(tokenizer, padding, config.max_seq_length)
+        collator = make_collator(tokenizer, padding, config.max_seq_length)
         shapes = {}
 
         def collate(rows):

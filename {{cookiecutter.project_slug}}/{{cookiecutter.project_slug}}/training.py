@@ -69,6 +69,11 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
         write_report(report, config.report_path)
         print(format_table(report))
     runtime.barrier(accelerator)
+    # The trained model, optimizer and loaders are released while the process group still exists: DDP's reducer
+    # holds the group, and torch's gloo group, destroyed after Accelerate's end_training destroyed the group, can
+    # wait forever for its worker thread (seen once: a finished 2-process run hung in ~ProcessGroupGloo).
+    layout.release()
+    accelerator.free_memory()
     accelerator.end_training()
     return report
 

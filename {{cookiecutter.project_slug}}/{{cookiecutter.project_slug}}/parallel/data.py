@@ -91,6 +91,9 @@ class DataParallel:
     def load_state(self, accelerator, folder: Path) -> None:
         accelerator.load_state(str(folder))
 
+    def release(self) -> None:
+        self.model = None
+
     def host_state_dict(self, accelerator) -> dict:
         """The weights as plain CPU tensors under the model's own names (every process holds them all)."""
         model = accelerator.unwrap_model(self.model)

@@ -187,6 +187,9 @@ class FsdpV2:
         np.random.set_state(host["numpy"])
         random.setstate(host["python"])
 
+    def release(self) -> None:
+        self.model = self.optimizer = self.scheduler = None
+
     def host_state_dict(self, accelerator) -> dict:
         """The whole weights on the host, under the model's own names (FSDPv2 prefixes every wrapped module's)."""
         return {
