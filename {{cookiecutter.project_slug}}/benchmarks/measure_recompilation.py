@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from {{ cookiecutter.project_slug }} import batching, graph_watch, precision, runtime, training
-from {{ cookiecutter.project_slug }}.tasks.text_classification import make_collator
 from {{ cookiecutter.project_slug }}.config import TrainConfig
+from {{ cookiecutter.project_slug }}.tasks.text_classification import make_collator
 
 from . import workload
 from .grid import Cell

@@ -39,7 +39,7 @@ def test_fsdp_devices(benchmark, profile, tmp_path, devices):
         steady_step_s=report["steady_step_seconds"], compilations=report["xla_compilations"],
         compile_seconds=report["compile_seconds"], parameter_bytes_per_device=layout["parameter_bytes_per_device"],
         optimizer_bytes_per_device=layout["optimizer_bytes_per_device"], state_bytes_per_device=held,
-        state_bytes_vs_whole=held / whole, eval_loss=report["eval_loss"],
+        state_bytes_vs_whole=held / whole, eval_loss=report["eval_loss"], device=report["device"],
     )
     assert layout["mesh"] == {"fsdp": devices}
     assert sum(layout["parameter_bytes_by_device"]) == layout["parameter_bytes"]  # each element on one device

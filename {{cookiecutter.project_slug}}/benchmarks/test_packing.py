@@ -26,7 +26,7 @@ def test_packing(benchmark, profile, tmp_path, padding):
         headline="steady_tokens_per_second", padding=padding, compilations=report["xla_compilations"],
         recompilations=report["recompilations"], train_padding_fraction=report["train_padding_fraction"],
         steady_tokens_per_second=report["steady_tokens_per_second"], train_rows=report["train_examples"],
-        eval_perplexity=report["eval_perplexity"],
+        eval_perplexity=report["eval_perplexity"], device=report["device"],
     )
     if padding == "fixed":
         assert report["train_padding_fraction"] == 0 and report["recompilations"] == 0
