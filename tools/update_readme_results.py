@@ -41,7 +41,7 @@ def section(results: Path, start: str, end: str, task: str) -> str:
     body = ["#" + line if line.startswith("## ") else line for line in table[1:]]
     folder = results.relative_to(results.parents[1]) if results.name != "benchmark-results" else Path(results.name)
     intro = (
-        f"**{task}**: {title}, {machine(results)}{wall}. Every figure below is generated from that run: regenerate "
+        f"{title}, {machine(results)}{wall}. Every figure below is generated from that run: regenerate "
         f"with `make test` then `make results`. Full tables: {folder}/results.md; the figure: {folder}/results.png."
     )
     body = ["#" + line if line.startswith("### ") else line for line in body]

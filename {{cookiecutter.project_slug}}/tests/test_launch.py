@@ -148,9 +148,13 @@ def test_pod_dry_run_prints_the_gcloud_commands_for_all_workers():
     needed = {"configs", "data", "pyproject.toml", "scripts", "{{ cookiecutter.project_slug }}"}
     assert needed | ({"train.py"} if ENTRY == ["train.py"] else set()) <= set(copy)
     assert remote_command(install) == ["cd", "{{ cookiecutter.project_slug }}", "&&", "python3", "-m", "pip", "install", "-e", ".[tpu]"]
+    # data: Accelerate's launcher starts a process per chip; fsdp: one plain process per host.
+    launcher = ["-m", "accelerate.commands.launch", "--config_file", "configs/tpu-vm.yaml"]
+    if BAKED["parallelism"] == "fsdp":
+        launcher = []
     assert remote_command(train) == [
-        "cd", "{{ cookiecutter.project_slug }}", "&&", "PJRT_DEVICE=TPU", "python3", "-m", "accelerate.commands.launch",
-        "--config_file", "configs/tpu-vm.yaml", *ENTRY, "--num_epochs", "2", "--dataset", "glue/sst2",
+        "cd", "{{ cookiecutter.project_slug }}", "&&", "PJRT_DEVICE=TPU", "python3", *launcher, *ENTRY, "--num_epochs", "2",
+        "--dataset", "glue/sst2",
     ]
 
 
@@ -181,7 +185,7 @@ if "describe" in args:
     print(json.dumps({"networkEndpoints": [{"ipAddress": "10.0.0.%d" % i} for i in range(3)]}))
     sys.exit(0)
 worker = next(arg for arg in args if arg.startswith("--worker=")).split("=")[1]
-if any("accelerate.commands.launch" in arg for arg in args):
+if any(arg.startswith("--command=") and ("train.py" in arg or ".cli" in arg) for arg in args):  # training
     if worker == os.environ["FAKE_FAILING_WORKER"]:
         print("error: /data/train.csv: file not found", file=sys.stderr)
         sys.exit(2)
