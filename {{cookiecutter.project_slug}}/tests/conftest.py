@@ -261,3 +261,20 @@ def train_recording_losses(folder, *args, env=None, check=True):
 def spmd_env(devices: int) -> dict:
     """XLA on the CPU with `devices` devices in one process (the fsdp layout's SPMD mesh)."""
     return child_env(PJRT_DEVICE="CPU", CPU_NUM_DEVICES=str(devices))
+
+
+def evaluate_on_cpu(model, tokenizer, eval_examples, max_seq_length: int) -> dict:
+    """The task's eval metrics of `model` on the plain CPU, with the project's own eval step and batching."""
+    import torch
+
+    from {{ cookiecutter.project_slug }} import batching
+    from {{ cookiecutter.project_slug }}.tasks import task
+
+    collator = task.make_collator(tokenizer, "fixed", max_seq_length)
+    counts, loss_sum = torch.zeros(len(task.COUNTS), dtype=torch.int64), torch.zeros(())
+    for batch in batching.eval_loader(eval_examples, collator, 16, 1):
+        valid = batch.pop(batching.VALID)
+        with torch.no_grad():
+            batch_counts, batch_loss = task.eval_batch(model.eval(), batch, valid, torch.float32)
+        counts, loss_sum = counts + batch_counts, loss_sum + batch_loss
+    return task.metrics(dict(zip(task.COUNTS, counts.tolist(), strict=True)), loss_sum.item())

@@ -5,14 +5,11 @@ that learns. The loop, checkpoints, layouts and watch are the shared ones, teste
 import math
 
 import pytest
-import torch
-from conftest import DEMO_BAR, quick, train
+from conftest import DEMO_BAR, evaluate_on_cpu, quick, train
 
-from {{ cookiecutter.project_slug }} import batching
 from {{ cookiecutter.project_slug }}.config import TrainConfig
 from {{ cookiecutter.project_slug }}.data import load_text_data
 from {{ cookiecutter.project_slug }}.modeling import build_model
-from {{ cookiecutter.project_slug }}.tasks import task
 from {{ cookiecutter.project_slug }}.tasks.causal_lm import IGNORED, load_examples, pack
 
 LENGTH = 64
@@ -64,13 +61,8 @@ def untrained_perplexity(max_seq_length: int) -> float:
     """The demo model before any step, evaluated on the plain CPU with the project's eval step."""
     config = TrainConfig(demo=True, max_seq_length=max_seq_length)
     _, tokenizer, _, eval_blocks = load_examples(config, demo=True)
-    model = build_model(config, demo=True, vocab_size=len(tokenizer)).eval()
-    counts = torch.zeros(len(task.COUNTS), dtype=torch.int64)
-    for batch in batching.eval_loader(eval_blocks, task.make_collator(tokenizer, "fixed", max_seq_length), 16, 1):
-        valid = batch.pop(batching.VALID)
-        with torch.no_grad():
-            counts += task.eval_batch(model, batch, valid, torch.float32)[0]
-    return task.metrics(dict(zip(task.COUNTS, counts.tolist(), strict=True)), 0.0)["eval_perplexity"]
+    model = build_model(config, demo=True, vocab_size=len(tokenizer))
+    return evaluate_on_cpu(model, tokenizer, eval_blocks, max_seq_length)["eval_perplexity"]
 
 
 @pytest.mark.xla

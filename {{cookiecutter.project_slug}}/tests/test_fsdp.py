@@ -10,7 +10,17 @@ import time
 
 import pytest
 import torch
-from conftest import METRIC, PROJECT, TASK, python_command, quick, spmd_env, train, train_recording_losses
+from conftest import (
+    METRIC,
+    PROJECT,
+    TASK,
+    evaluate_on_cpu,
+    python_command,
+    quick,
+    spmd_env,
+    train,
+    train_recording_losses,
+)
 
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
 from {{ cookiecutter.project_slug }}.parallel.fsdp import layer_class
@@ -121,7 +131,6 @@ def test_the_export_loads_with_from_pretrained_off_xla_and_evaluates_to_the_run_
     """
     from transformers import AutoTokenizer
 
-    from {{ cookiecutter.project_slug }} import batching
     from {{ cookiecutter.project_slug }}.tasks import task
     from {{ cookiecutter.project_slug }}.training import load_examples
 
@@ -132,14 +141,7 @@ def test_the_export_loads_with_from_pretrained_off_xla_and_evaluates_to_the_run_
     config = TrainConfig(demo=True, max_seq_length=64)
     _, tokenizer, _, eval_examples = load_examples(config, demo=True)
     assert AutoTokenizer.from_pretrained(output / "model").get_vocab() == tokenizer.get_vocab()
-    collator = task.make_collator(tokenizer, "fixed", 64)
-    counts, loss_sum = torch.zeros(len(task.COUNTS), dtype=torch.int64), torch.zeros(())
-    for batch in batching.eval_loader(eval_examples, collator, 16, 1):
-        valid = batch.pop(batching.VALID)
-        with torch.no_grad():
-            batch_counts, batch_loss = task.eval_batch(model, batch, valid, torch.float32)
-        counts, loss_sum = counts + batch_counts, loss_sum + batch_loss
-    found = task.metrics(dict(zip(task.COUNTS, counts.tolist(), strict=True)), loss_sum.item())
+    found = evaluate_on_cpu(model, tokenizer, eval_examples, 64)
     assert found["eval_examples_counted"] == report["eval_examples_counted"]
     assert found["eval_loss"] == pytest.approx(report["eval_loss"], abs=1e-4)
     if TASK == "text-classification":
