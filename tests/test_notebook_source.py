@@ -42,10 +42,11 @@ def test_baked_notebook_is_valid_and_follows_the_answers(bake, answers):
     assert "notebook_launcher(training_function, (model, config)" in cell(notebook, "launch")
     assert "check_before_launch(model" in cell(notebook, "launch")
     if shared_model:
-        assert "model = build_model(config" in cell(notebook, "model")
+        assert "model = task.build_model(config" in cell(notebook, "model")
+        assert f"from {DEFAULT_SLUG}.tasks import task" in cell(notebook, "imports")
     else:
         assert cell(notebook, "model").startswith("model = None")
-        assert "build_model" not in cell(notebook, "imports")
+        assert "tasks import" not in cell(notebook, "imports") and "load_tokenizer" not in cell(notebook, "imports")
     intro = cell(notebook, "intro")
     assert ("train.py" in intro) == (answers.get("variants", "both") != "notebook")
     assert ("benchmarks/" in text) == answers.get("include_benchmarks", True)

@@ -82,11 +82,11 @@ import os
 from accelerate import notebook_launcher
 
 from {PKG}.config import TrainConfig
-from {PKG}.data import {shared_or_not("load_tokenizer, ", "")}wants_demo
+from {PKG}.data import wants_demo
 from {PKG}.launch_guard import check_before_launch
-{shared_or_not(f"from {PKG}.modeling import build_model" + chr(10), "")}from {PKG}.precision import accelerate_mixed_precision, requested_level
+from {PKG}.precision import accelerate_mixed_precision, requested_level
 from {PKG}.report import format_table
-from {PKG}.training import training_function"""
+{shared_or_not(f"from {PKG}.tasks import task{chr(10)}from {PKG}.tokenizer import load_tokenizer{chr(10)}", "")}from {PKG}.training import training_function"""
 
 CONFIG_WHY = """## 3. Configuration
 
@@ -157,7 +157,7 @@ This project was generated with `shared_model=no`: each process builds its own m
 With several processes on a small host (Colab, Kaggle), those copies can exhaust host memory, and
 `ProcessExitedException: process 0 terminated with signal SIGSEGV` (or `SIGKILL`) then means
 **host memory ran out**. The fix is to build the model once in this cell, on the CPU, with
-`build_model` from `""" + PKG + """.modeling`, and pass it in place of `None`: generate the project with
+`task.build_model` from `""" + PKG + """.tasks`, and pass it in place of `None`: generate the project with
 `shared_model=yes` to get that version.
 """,
 ) + (
@@ -167,7 +167,7 @@ With several processes on a small host (Colab, Kaggle), those copies can exhaust
 
 MODEL = shared_or_not(
     """tokenizer = load_tokenizer(config, config.demo)
-model = build_model(config, config.demo, vocab_size=len(tokenizer))
+model = task.build_model(config, config.demo, vocab_size=len(tokenizer))
 count = sum(parameter.numel() for parameter in model.parameters())
 print(f"{type(model).__name__}: {count / 1e6:.1f}M parameters, on {next(model.parameters()).device}")""",
     """model = None  # training_function builds the model inside each process""",

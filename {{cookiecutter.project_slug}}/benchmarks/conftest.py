@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from . import isolation, profiles, reports
+from .records import Record
 
 RECORDS = pytest.StashKey[list]()
 WRITTEN = pytest.StashKey[dict]()
@@ -79,7 +80,7 @@ def _record(item, outcome: str) -> None:
         return
     stats = getattr(getattr(fixture, "stats", None), "stats", None)
     callspec = getattr(item, "callspec", None)
-    item.config.stash[RECORDS].append(reports.Record(
+    item.config.stash[RECORDS].append(Record(
         group=getattr(fixture, "group", None) or item.module.__name__.rpartition(".")[2],
         name=callspec.id if callspec else item.name,
         outcome=outcome,

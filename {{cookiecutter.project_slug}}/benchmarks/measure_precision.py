@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from {{ cookiecutter.project_slug }} import batching, precision, runtime, training
+from {{ cookiecutter.project_slug }} import batching, compilations, devices, precision, training
 from {{ cookiecutter.project_slug }}.tasks.text_classification import make_collator
 
 from . import graph_types, workload
@@ -53,7 +53,7 @@ def run_mode(mode: graph_types.Mode, model_name: str, profile: Profile) -> dict:
     batches = workload.forever(loader)
     result = {
         "mode": mode.name, "how": mode.how, "model": model_name, "parameters": parameters,
-        "device": runtime.device_kind(device), "batch_size": profile.batch_size,
+        "device": devices.device_kind(device), "batch_size": profile.batch_size,
         "max_seq_length": config.max_seq_length,
     }
 
@@ -65,7 +65,7 @@ def run_mode(mode: graph_types.Mode, model_name: str, profile: Profile) -> dict:
     import torch_xla
 
     losses, times = [], []
-    with runtime.counting_compilations() as warm:
+    with compilations.counting_compilations() as warm:
         probe = precision.lowered_types(device)
         loss = step(next(batches))
         matmuls = graph_types.matmul_types(torch_xla._XLAC._get_xla_tensors_text([loss, *model.parameters()]))
@@ -76,15 +76,15 @@ def run_mode(mode: graph_types.Mode, model_name: str, profile: Profile) -> dict:
         for index in range(profile.warmup_steps):
             if index:
                 loss = step(next(batches))
-            runtime.sync(device, wait=True)
+            devices.sync(device, wait=True)
             losses.append(loss.item())
-    with runtime.counting_compilations() as steady:
+    with compilations.counting_compilations() as steady:
         for _ in range(profile.timed_steps):
             batch = next(batches)
-            runtime.sync(device, wait=True)
+            devices.sync(device, wait=True)
             started = time.perf_counter()
             loss = step(batch)
-            runtime.sync(device, wait=True)
+            devices.sync(device, wait=True)
             times.append(time.perf_counter() - started)
             losses.append(loss.item())
     param_bytes = graph_types.graph_bytes(model.parameters())

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from {{ cookiecutter.project_slug }} import batching, graph_watch, precision, runtime, training
+from {{ cookiecutter.project_slug }} import batching, compilations, compile_analysis, devices, graph_watch, precision, training
 from {{ cookiecutter.project_slug }}.config import TrainConfig
 from {{ cookiecutter.project_slug }}.tasks.text_classification import make_collator
 
@@ -63,7 +63,7 @@ def eval_cell(cell: Cell, profile: Profile, cache_dir: str | None = None) -> dic
     With cache_dir, over PyTorch/XLA's persistent cache.
     """
     if cache_dir:
-        runtime.init_compilation_cache(cache_dir)  # before this process's first computation
+        compilations.init_compilation_cache(cache_dir)  # before this process's first computation
     accelerator = _accelerator()
     device = accelerator.device
     config = workload.config_for(profile, eval_batch_size=cell.eval_batch_size, padding=cell.padding)
@@ -80,25 +80,25 @@ def eval_cell(cell: Cell, profile: Profile, cache_dir: str | None = None) -> dic
     model, optimizer, train_loader, loader, scheduler = accelerator.prepare(
         model, optimizer, train_loader, loader, scheduler
     )
-    with runtime.counting_compilations() as trained:
+    with compilations.counting_compilations() as trained:
         for _, batch in zip(range(profile.grid_train_steps), workload.forever(train_loader), strict=False):
             training.train_step(accelerator, model, optimizer, scheduler, batch)
-            runtime.sync(device, wait=True)
-    times, compilations, totals = [], [], {}
+            devices.sync(device, wait=True)
+    times, eval_graphs, totals = [], [], {}
     for _ in range(profile.eval_rounds):
-        runtime.sync(device, wait=True)
-        with runtime.counting_compilations() as compiled:
+        devices.sync(device, wait=True)
+        with compilations.counting_compilations() as compiled:
             started = time.perf_counter()
             evaluation = training.evaluate(accelerator, model, loader)  # ends in a host read: the work is done
             times.append(time.perf_counter() - started)
-        compilations.append(compiled["compilations"])
+        eval_graphs.append(compiled["compilations"])
         totals = {key: totals.get(key, 0) + value for key, value in compiled.items()}
     return {
         "cell": cell.id, "eval_batch_size": cell.eval_batch_size, "size": cell.size_label,
         "train_batch_size": config.train_batch_size, "last_batch": cell.last_batch, "padding": cell.padding,
-        "project_default": cell.is_default, "device": runtime.device_kind(device),
+        "project_default": cell.is_default, "device": devices.device_kind(device),
         "train_steps": profile.grid_train_steps, "train_compilations": trained["compilations"],
-        "eval_compilations": compilations[0], "compilations_after_first_eval": sum(compilations[1:]),
+        "eval_compilations": eval_graphs[0], "compilations_after_first_eval": sum(eval_graphs[1:]),
         "eval_compile_seconds": totals["compile_seconds"],
         "first_eval_s": times[0], "steady_eval_s": statistics.median(times[1:]), "eval_wall_s": sum(times),
         "eval_rounds": len(times), "examples_counted": evaluation["eval_examples_counted"],
@@ -151,7 +151,7 @@ def project_loop(profile: Profile, output_dir: str, watch: bool = True, **overri
 
 def _watch(output_dir: str, padding: str):
     """The project's graph watch for a loop that is not the project's (it never stops one)."""
-    analysis = graph_watch.enable_analysis(Path(output_dir) / "xla-compilations", 0)
+    analysis = compile_analysis.enable_analysis(Path(output_dir) / "xla-compilations", 0)
     return graph_watch.GraphWatch(padding, None, lambda message: None, analysis)
 
 
@@ -169,7 +169,7 @@ def accelerate_example_loop(profile: Profile, output_dir: str) -> dict:
     watch = _watch(output_dir, "dynamic")
     started = time.perf_counter()
     accelerator = _accelerator()
-    with runtime.counting_compilations() as compiled:
+    with compilations.counting_compilations() as compiled:
         tokenizer, train_examples, eval_examples = workload.demo_examples(config)
         collate = make_collator(tokenizer, "dynamic", config.max_seq_length)
         train_dataloader = DataLoader(train_examples, shuffle=True, collate_fn=collate, batch_size=EXAMPLE_TRAIN_BATCH_SIZE)
@@ -191,7 +191,7 @@ def accelerate_example_loop(profile: Profile, output_dir: str) -> dict:
                 optimizer.step()
                 lr_scheduler.step()
                 optimizer.zero_grad()
-                runtime.sync(accelerator.device)
+                devices.sync(accelerator.device)
                 watch.check("train", epoch, step, batch)
             model.eval()
             correct = counted = 0
@@ -207,7 +207,7 @@ def accelerate_example_loop(profile: Profile, output_dir: str) -> dict:
             watch.warmed_up("other")
     return _watched(
         "accelerate-example", watch, compiled, time.perf_counter() - started,
-        device=runtime.device_kind(accelerator.device), epochs=config.num_epochs, train_examples=len(train_examples),
+        device=devices.device_kind(accelerator.device), epochs=config.num_epochs, train_examples=len(train_examples),
         eval_accuracy=correct / counted,
     )
 
@@ -222,7 +222,7 @@ def trainer_loop(profile: Profile, output_dir: str, tuned: bool = False) -> dict
     watch = _watch(output_dir, padding)
     started = time.perf_counter()
     precision.set_xla_variables("fp32")
-    with runtime.counting_compilations() as compiled:
+    with compilations.counting_compilations() as compiled:
         tokenizer, train_examples, eval_examples = workload.demo_examples(config)
         model = workload.build("demo", config, len(tokenizer))
         collator = make_collator(tokenizer, padding, config.max_seq_length)
@@ -275,6 +275,6 @@ def trainer_loop(profile: Profile, output_dir: str, tuned: bool = False) -> dict
         trainer.train()  # evaluates after every epoch
     return _watched(
         "trainer-tpu-tuned" if tuned else "trainer", watch, compiled, time.perf_counter() - started,
-        device=runtime.device_kind(trainer.args.device), epochs=config.num_epochs, train_examples=len(train_examples),
+        device=devices.device_kind(trainer.args.device), epochs=config.num_epochs, train_examples=len(train_examples),
         eval_accuracy=shapes["metrics"].get("eval_accuracy"),
     )

@@ -5,11 +5,15 @@ A record is a benchmark's group, name, outcome, pytest-benchmark median and `ext
   summary.md   the README's view: for the groups in VIEWS, at most 8 columns that answer the group's
                question, with the sentence those numbers support;
   results.png  one figure: graphs per batching choice and per loop, precision, shared-model memory.
-`extra_info["headline"]` names the figure that the terminal summary prints.
+`extra_info["headline"]` names the figure that the terminal summary prints. A record and how its values print
+are records.py's; the figure is drawn by figures.py.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from .figures import plot
+from .records import by_group, flatten, format_value
 
 MARKDOWN_NAME = "results.md"
 SUMMARY_NAME = "summary.md"
@@ -88,63 +92,6 @@ VIEWS = {
 }
 
 
-@dataclass
-class Record:
-    group: str
-    name: str
-    outcome: str  # passed, failed or skipped (the pytest test); extra_info["status"] is the measurement's
-    wall_s: float | None = None
-    extra_info: dict = field(default_factory=dict)
-
-    @property
-    def headline_key(self) -> str:
-        return self.extra_info.get("headline") or "wall_s"
-
-    @property
-    def headline(self):
-        if self.headline_key == "wall_s":
-            return self.wall_s
-        return self.extra_info.get(self.headline_key)
-
-    @property
-    def status(self) -> str:
-        measured = self.extra_info.get("status")
-        if self.outcome != "passed":
-            return self.outcome
-        return measured or "ok"
-
-
-def flatten(info: dict, prefix: str = "") -> dict:
-    """Scalars only; nested dicts become dotted keys; lists (per-step series) stay in the JSON."""
-    flat = {}
-    for key, value in info.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{name}."))
-        elif value is None or isinstance(value, (bool, int, float, str)):
-            flat[name] = value
-    return flat
-
-
-def format_value(key: str, value) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if key.endswith("_bytes") and isinstance(value, (int, float)):
-        return f"{value / 2**20:.1f} MiB"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def _groups(records):
-    groups = {}
-    for record in records:
-        groups.setdefault(record.group, []).append(record)
-    return groups
-
-
 def _columns(rows):
     columns = []
     for row in rows:
@@ -155,7 +102,7 @@ def _columns(rows):
 def markdown(records, title: str) -> str:
     """One table per group; values shared by every row of a group are said once above it."""
     lines = [f"# {title}", ""]
-    for group, members in _groups(records).items():
+    for group, members in by_group(records).items():
         rows = [flatten(record.extra_info) for record in members]
         columns = _columns(rows)
         common = [key for key in columns if len(rows) > 1 and len({repr(row.get(key)) for row in rows}) == 1]
@@ -179,7 +126,7 @@ def markdown(records, title: str) -> str:
 def view_markdown(records, title: str) -> str:
     """The README's tables: the groups in VIEWS, their chosen columns, the sentence they support."""
     lines = [f"# {title}", ""]
-    groups = _groups(records)
+    groups = by_group(records)
     for group, view in VIEWS.items():
         if group not in groups:
             continue
@@ -201,84 +148,9 @@ def view_markdown(records, title: str) -> str:
     return "\n".join(lines)
 
 
-def _bar_panel(axis, labels, values, title, unit, marked=()):
-    colours = ["tab:orange" if index in marked else "tab:blue" for index in range(len(labels))]
-    axis.barh(labels, values, color=colours)
-    for index, value in enumerate(values):
-        axis.annotate(f"{value:.3g}", (value, index), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
-    axis.set_title(title, fontsize=10)
-    axis.set_xlabel(unit)
-    axis.set_xlim(left=0, right=(max(values) or 1) * 1.25)
-    axis.invert_yaxis()
-
-
-def plot(records, path: Path) -> Path:
-    """One figure: graphs per batching choice and per loop, precision, and shared-model memory.
-
-    A panel appears only when its benchmarks ran; nothing that is constant across its rows is drawn.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    groups = _groups(records)
-    ok = {group: [r for r in members if r.status == "ok"] for group, members in groups.items()}
-    panels = []
-    cells = ok.get("recompilation: eval batching", [])
-    if cells:
-        labels = [f"{r.extra_info.get('eval_batch_size')}/{r.extra_info.get('last_batch')}/{r.extra_info.get('padding')}"
-                  + (" (default)" if r.extra_info.get("project_default") else "") for r in cells]
-        marked = [i for i, r in enumerate(cells) if r.extra_info.get("project_default")]
-        panels.append(lambda axis: _bar_panel(
-            axis, labels, [r.extra_info.get("eval_compilations") or 0 for r in cells],
-            "graphs compiled by the first evaluation (eval batch/last batch/padding)", "graphs", marked))
-    loops = ok.get("recompilation: loops", [])
-    if loops:
-        marked = [i for i, r in enumerate(loops) if r.extra_info.get("loop") == "project"]
-        panels.append(lambda axis: _bar_panel(
-            axis, [r.extra_info.get("loop", r.name) for r in loops], [r.extra_info.get("compilations") or 0 for r in loops],
-            "graphs compiled by a whole run, per training loop", "graphs", marked))
-    precision = [r for r in ok.get("precision", []) if r.extra_info.get("model") == "demo"]
-    if precision:
-        modes = [r.extra_info.get("mode", r.name) for r in precision]
-        for key, title, unit, scale in (
-            ("step_median_s", "step time on XLA:CPU (bf16 speed is a TPU property)", "s", 1),
-            ("state_bytes", "weights + AdamW state as stored (from the graph)", "MiB", 2**-20),
-            ("loss_drift", "loss drift from fp32", "|loss - fp32 loss|", 1),
-        ):
-            values = [(r.extra_info.get(key) or 0) * scale for r in precision]
-            if len(set(values)) > 1:  # no chart of a constant
-                panels.append(lambda axis, v=values, t=title, u=unit: _bar_panel(axis, modes, v, f"precision: {t}", u))
-    memory = ok.get("shared-model-memory", [])
-    if memory:
-        def memory_panel(axis):
-            workers = [r.extra_info["workers"] for r in memory]
-            for key, label in (("per_worker_pss_bytes", "built in each worker"), ("shared_fork_pss_bytes", "shared by fork"),
-                               ("shared_pickled_pss_bytes", "shared by pickling (TPU runtime)")):
-                axis.plot(workers, [r.extra_info[key] / 2**20 for r in memory], marker="o", label=label)
-            axis.set_title("host memory at the peak, launcher + workers", fontsize=10)
-            axis.set_xlabel("workers")
-            axis.set_ylabel("MiB (Pss)")
-            axis.set_xticks(workers)
-            axis.legend(fontsize=8)
-        panels.append(memory_panel)
-    columns = 2
-    rows = max(1, -(-len(panels) // columns))
-    figure, axes = plt.subplots(rows, columns, figsize=(14, 3.6 * rows), squeeze=False)
-    for axis, draw in zip(axes.flat, panels, strict=False):
-        draw(axis)
-    for axis in list(axes.flat)[len(panels):]:
-        axis.axis("off")
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
-
-
 def summary(records) -> list[str]:
     lines = []
-    for group, members in _groups(records).items():
+    for group, members in by_group(records).items():
         lines.append(f"{group}:")
         for record in members:
             figure = f"{record.headline_key}={format_value(record.headline_key, record.headline)}"

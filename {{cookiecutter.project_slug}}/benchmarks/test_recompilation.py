@@ -7,6 +7,7 @@ import pytest
 
 from {{ cookiecutter.project_slug }}.config import TrainConfig
 from {{ cookiecutter.project_slug }}.data import DEMO_FILES, check_file
+from {{ cookiecutter.project_slug }}.tasks.text_classification import label_checks
 
 from . import grid, isolation, profiles
 from .measure_recompilation import accelerate_example_loop, eval_cell, project_loop, trainer_loop
@@ -14,7 +15,7 @@ from .measure_recompilation import accelerate_example_loop, eval_cell, project_l
 
 def demo_eval_set_size() -> int:
     config = TrainConfig()
-    return check_file(DEMO_FILES["eval"], ["text"], config.label_column, config.num_labels)
+    return check_file(DEMO_FILES["eval"], ["text"], label_checks(config.label_column, config.num_labels))
 
 
 def pytest_generate_tests(metafunc):

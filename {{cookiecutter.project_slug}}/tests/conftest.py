@@ -47,9 +47,9 @@ def eval_examples(max_seq_length: int) -> int:
     if TASK != "causal-lm":
         return 120
     from {{ cookiecutter.project_slug }}.config import TrainConfig
-    from {{ cookiecutter.project_slug }}.training import load_examples
+    from {{ cookiecutter.project_slug }}.tasks import task
 
-    return len(load_examples(TrainConfig(demo=True, max_seq_length=max_seq_length), demo=True)[3])
+    return len(task.load_examples(TrainConfig(demo=True, max_seq_length=max_seq_length), demo=True)[3])
 
 
 def quick(*extra) -> list[str]:
@@ -219,13 +219,13 @@ def train_in_workers(folder, processes: int, *args, hosts=None, check=True):
 def local_model(tmp_path_factory) -> Path:
     """A model folder as `save_pretrained` writes it (the demo's tiny BERT and tokenizer): no hub needed."""
     from {{ cookiecutter.project_slug }}.config import TrainConfig
-    from {{ cookiecutter.project_slug }}.data import load_tokenizer
-    from {{ cookiecutter.project_slug }}.modeling import build_model
+    from {{ cookiecutter.project_slug }}.tasks import task
+    from {{ cookiecutter.project_slug }}.tokenizer import load_tokenizer
 
     folder = tmp_path_factory.mktemp("local-model")
     config = TrainConfig(demo=True)
     tokenizer = load_tokenizer(config, demo=True)
-    build_model(config, demo=True, vocab_size=len(tokenizer)).save_pretrained(folder)
+    task.build_model(config, demo=True, vocab_size=len(tokenizer)).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 

@@ -13,6 +13,7 @@ from itertools import product
 import pytest
 
 from benchmarks import graph_types, grid, isolation, profiles, reports
+from benchmarks.records import Record
 from {{ cookiecutter.project_slug }} import memory
 from {{ cookiecutter.project_slug }}.batching import LAST_BATCH_POLICIES
 from {{ cookiecutter.project_slug }}.config import PADDING_MODES
@@ -151,11 +152,11 @@ def one_new_graph():
     import torch
     import torch_xla
 
-    from {{ cookiecutter.project_slug }} import runtime
+    from {{ cookiecutter.project_slug }} import compilations
 
     counted = []
     for _ in range(2):
-        with runtime.counting_compilations() as compiled:
+        with compilations.counting_compilations() as compiled:
             (torch.ones(3, 3, device=torch_xla.device()) * 7).sum().item()
         counted.append(compiled)
     return counted
@@ -191,16 +192,16 @@ def test_a_precision_that_does_not_reach_the_graph_is_reported_failed_and_not_ti
 
 def records():
     return [
-        reports.Record("precision", "demo-fp32", "passed", 3.0, {
+        Record("precision", "demo-fp32", "passed", 3.0, {
             "mode": "fp32", "device": "xla:CPU", "status": "ok", "step_median_s": 0.25, "param_bytes": 2**21,
             "losses": [0.7, 0.6], "headline": "step_median_s",
         }),
-        reports.Record("precision", "demo-broken", "passed", 1.0, {
+        Record("precision", "demo-broken", "passed", 1.0, {
             "mode": "broken", "device": "xla:CPU", "status": "failed", "reason": "f32 | not bf16",
             "headline": "step_median_s",
         }),
         # A benchmark written later by someone else: nested extra_info, no headline.
-        reports.Record("shared model memory", "fork-2", "passed", 9.5, {"pss": {"total_mib": 812.5}, "workers": 2}),
+        Record("shared model memory", "fork-2", "passed", 9.5, {"pss": {"total_mib": 812.5}, "workers": 2}),
     ]
 
 
@@ -226,10 +227,10 @@ def test_readme_view_keeps_at_most_eight_columns_and_lists_the_loop_differences(
     figures = {"compilations": 4, "recompilations": 0, "compile_seconds": 5.2, "steady_step_s": 0.05, "wall_s": 7.0,
                "compilations_vs_project": 1.0, "wall_vs_project": 1.0, "eval_accuracy": 0.5, "device": "xla:CPU"}
     loops = [
-        reports.Record("recompilation: loops", "test_project_loop", "passed", 7.0,
-                       {**figures, "loop": "project", "differences": "fixed padding"}),
-        reports.Record("recompilation: loops", "test_accelerate_example_loop", "passed", 30.0,
-                       {**figures, "loop": "accelerate-example", "compilations": 33, "differences": "dynamic padding"}),
+        Record("recompilation: loops", "test_project_loop", "passed", 7.0,
+               {**figures, "loop": "project", "differences": "fixed padding"}),
+        Record("recompilation: loops", "test_accelerate_example_loop", "passed", 30.0,
+               {**figures, "loop": "accelerate-example", "compilations": 33, "differences": "dynamic padding"}),
     ]
     text = reports.view_markdown([*records(), *loops], "Benchmark results")
     (header,) = [line for line in text.splitlines() if line.startswith("| benchmark") and "compilations" in line]

@@ -9,8 +9,7 @@ from conftest import DEMO_BAR, evaluate_on_cpu, quick, train
 
 from {{ cookiecutter.project_slug }}.config import TrainConfig
 from {{ cookiecutter.project_slug }}.data import load_text_data
-from {{ cookiecutter.project_slug }}.modeling import build_model
-from {{ cookiecutter.project_slug }}.tasks.causal_lm import IGNORED, load_examples, pack
+from {{ cookiecutter.project_slug }}.tasks.causal_lm import IGNORED, build_model, load_examples, pack
 
 LENGTH = 64
 
@@ -20,7 +19,7 @@ def demo():
     """(tokenizer, train blocks, eval blocks, the eval texts' token count with one EOS each) at LENGTH."""
     config = TrainConfig(demo=True, max_seq_length=LENGTH)
     _, tokenizer, train_blocks, eval_blocks = load_examples(config, demo=True)
-    texts = load_text_data(config, demo=True, labelled=False).eval["text"]
+    texts = load_text_data(config, demo=True).eval["text"]
     tokens = sum(len(ids) + 1 for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"])
     return tokenizer, train_blocks, eval_blocks, tokens
 

@@ -10,8 +10,10 @@ import pytest
 from conftest import child_env, python_command, run
 
 from {{ cookiecutter.project_slug }}.data import DEMO_FILES, DataProblem, check_file
+from {{ cookiecutter.project_slug }}.tasks.text_classification import label_checks
 
 COLUMNS = ["text"]
+LABELS = label_checks("label", num_labels=2)
 BAKED_MODEL = {{ cookiecutter.model_name_or_path | tojson }}
 GOOD_ROWS = [("a fine film", 1), ("a dull film", 0), ("great acting", 1)]
 
@@ -77,20 +79,20 @@ def make_bad_file(folder, name):
 def test_bad_file_is_refused_with_file_line_and_problem(tmp_path, name):
     path, message = make_bad_file(tmp_path, name)
     with pytest.raises(DataProblem) as refused:
-        check_file(path, COLUMNS, "label", num_labels=2)
+        check_file(path, COLUMNS, LABELS)
     assert str(refused.value).startswith(message), str(refused.value)
 
 
 def test_good_files_are_counted(tmp_path):
-    assert check_file(write_csv(tmp_path / "ok.csv", GOOD_ROWS), COLUMNS, "label", 2) == len(GOOD_ROWS)
-    assert check_file(write_jsonl(tmp_path / "ok.jsonl", GOOD_ROWS), COLUMNS, "label", 2) == len(GOOD_ROWS)
-    assert check_file(DEMO_FILES["eval"], COLUMNS, "label", 2) == 120
+    assert check_file(write_csv(tmp_path / "ok.csv", GOOD_ROWS), COLUMNS, LABELS) == len(GOOD_ROWS)
+    assert check_file(write_jsonl(tmp_path / "ok.jsonl", GOOD_ROWS), COLUMNS, LABELS) == len(GOOD_ROWS)
+    assert check_file(DEMO_FILES["eval"], COLUMNS, LABELS) == 120
 
 
 def test_text_pair_column_is_required_when_asked_for(tmp_path):
     path = write_csv(tmp_path / "pairs.csv", GOOD_ROWS)
     with pytest.raises(DataProblem, match=r"line 2: no column 'sentence2'"):
-        check_file(path, ["text", "sentence2"], "label", 2)
+        check_file(path, ["text", "sentence2"], LABELS)
 
 
 @pytest.mark.xla

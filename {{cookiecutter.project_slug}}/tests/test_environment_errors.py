@@ -3,7 +3,7 @@
 The cases a laptop or a fresh TPU VM really hits: PJRT_DEVICE=TPU without a TPU, without
 torch_xla, without libtpu (the [tpu] extra), and a torch/torch_xla pair that does not match.
 What this machine cannot be (a TPU VM, a mismatched install) is simulated in-process by
-patching what `runtime.check_stack` reads; the rest runs the real command line.
+patching what `environment.check_stack` reads; the rest runs the real command line.
 """
 
 import importlib.metadata
@@ -12,8 +12,8 @@ import sys
 import pytest
 from conftest import child_env, python_command, run
 
-from {{ cookiecutter.project_slug }} import cli, runtime
-from {{ cookiecutter.project_slug }}.runtime import EnvironmentProblem
+from {{ cookiecutter.project_slug }} import cli, environment
+from {{ cookiecutter.project_slug }}.environment import EnvironmentProblem
 
 ARGS = ["--demo", "true", "--num_epochs", "1"]
 
@@ -32,7 +32,7 @@ def fake_versions(monkeypatch, **releases):
 
 @pytest.mark.xla
 def test_tpu_requested_on_a_machine_without_one(tmp_path):
-    if runtime.libtpu_installed() or runtime.tpu_device_files():
+    if environment.libtpu_installed() or environment.tpu_device_files():
         pytest.skip("this machine has a TPU stack")
     output = tmp_path / "outputs"
     result = run(python_command("--output_dir", str(output), *ARGS), env=child_env(PJRT_DEVICE="TPU"), check=False)
@@ -55,10 +55,10 @@ def test_tpu_requested_without_torch_xla(tmp_path):
 
 
 def test_torch_and_torch_xla_releases_must_match(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(runtime, "xla_installed", lambda: True)
+    monkeypatch.setattr(environment, "xla_installed", lambda: True)
     fake_versions(monkeypatch, torch="2.9.0+cu128", torch_xla="2.8.0")
     with pytest.raises(EnvironmentProblem) as refused:
-        runtime.check_stack()
+        environment.check_stack()
     assert str(refused.value) == (
         "torch 2.9.0 does not match torch_xla 2.8.0: "
         "install the pair together, e.g. `pip install torch==2.8.0 'torch_xla[tpu]==2.8.0'`"
@@ -71,22 +71,22 @@ def test_torch_and_torch_xla_releases_must_match(monkeypatch, tmp_path, capsys):
 
 def test_torch_xla_that_cannot_be_imported(monkeypatch):
     """A pair built for each other but broken (an ABI mismatch shows up as an ImportError on import)."""
-    monkeypatch.setattr(runtime, "xla_installed", lambda: True)
+    monkeypatch.setattr(environment, "xla_installed", lambda: True)
     fake_versions(monkeypatch, torch="2.9.0", torch_xla="2.9.0")
     monkeypatch.setitem(sys.modules, "torch_xla", None)
     with pytest.raises(EnvironmentProblem, match=r"^torch_xla 2\.9\.0 cannot be imported with torch 2\.9\.0 \(.*\): "
                        r"install the pair together"):
-        runtime.check_stack()
+        environment.check_stack()
 
 
 @pytest.mark.xla
 def test_tpu_vm_without_the_tpu_extra(monkeypatch, tmp_path, capsys):
     """A TPU VM (chips visible) where libtpu, which `pip install -e '.[tpu]'` brings, is missing."""
     monkeypatch.setenv("PJRT_DEVICE", "TPU")
-    monkeypatch.setattr(runtime, "tpu_device_files", lambda: ["/dev/vfio/0"])
-    monkeypatch.setattr(runtime, "libtpu_installed", lambda: False)
+    monkeypatch.setattr(environment, "tpu_device_files", lambda: ["/dev/vfio/0"])
+    monkeypatch.setattr(environment, "libtpu_installed", lambda: False)
     with pytest.raises(EnvironmentProblem) as refused:
-        runtime.check_stack()
+        environment.check_stack()
     assert str(refused.value) == (
         "PJRT_DEVICE=TPU but libtpu is not installed (the [tpu] extra is missing): run `pip install -e '.[tpu]'`"
     )
@@ -99,4 +99,4 @@ def test_tpu_vm_without_the_tpu_extra(monkeypatch, tmp_path, capsys):
 @pytest.mark.xla
 def test_a_sound_stack_passes(monkeypatch):
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
-    runtime.check_stack()
+    environment.check_stack()

@@ -23,7 +23,7 @@ from conftest import (
 )
 
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
-from {{ cookiecutter.project_slug }}.parallel.fsdp import layer_class
+from {{ cookiecutter.project_slug }}.parallel.fsdp_wrapping import layer_class
 
 # The demo in float32 (so that 1e-4 means something), 2 epochs. The global batches are the same
 # both ways (train 16, eval 64): each step syncs the graph once and every sync advances XLA's random seed, so
@@ -83,7 +83,7 @@ def test_each_device_holds_a_quarter_of_every_parameter_and_of_the_optimizer_sta
 def test_sharding_adds_no_graph_and_epochs_add_none(one_device, four_devices):
     single, sharded = one_device[0], four_devices[0]
     # The same 3 graphs as one device (first step, step with optimizer state, evaluation): sharding needs none
-    # more. An accumulator fresh from the host is marked replicated like a graph's output (runtime.device_values).
+    # more. An accumulator fresh from the host is marked replicated like a graph's output (devices.device_values).
     assert sharded["xla_compilations"] == single["xla_compilations"] == 3
     assert [graph["phase"] for graph in sharded["graphs"]["graphs"]] == ["train", "train", "eval"]
     assert sharded["process_compilations_after_each_epoch"] == [3, 3]
@@ -132,14 +132,13 @@ def test_the_export_loads_with_from_pretrained_off_xla_and_evaluates_to_the_run_
     from transformers import AutoTokenizer
 
     from {{ cookiecutter.project_slug }}.tasks import task
-    from {{ cookiecutter.project_slug }}.training import load_examples
 
     report, _, _, output = four_devices
     assert report["exported"] == str(output / "model")
     model = task.AUTO_MODEL.from_pretrained(output / "model").eval()
     assert not any("_orig_module" in name for name in model.state_dict())
     config = TrainConfig(demo=True, max_seq_length=64)
-    _, tokenizer, _, eval_examples = load_examples(config, demo=True)
+    _, tokenizer, _, eval_examples = task.load_examples(config, demo=True)
     assert AutoTokenizer.from_pretrained(output / "model").get_vocab() == tokenizer.get_vocab()
     found = evaluate_on_cpu(model, tokenizer, eval_examples, 64)
     assert found["eval_examples_counted"] == report["eval_examples_counted"]

@@ -9,7 +9,7 @@ import pytest
 from conftest import eval_examples, python_code, quick, run, train
 
 from {{ cookiecutter.project_slug }}.checkpointing import LATEST
-from {{ cookiecutter.project_slug }}.graph_watch import HOST_READ, parse_analyses
+from {{ cookiecutter.project_slug }}.compile_analysis import HOST_READ, parse_analyses
 
 pytestmark = pytest.mark.xla
 

@@ -356,17 +356,17 @@ def test_stop_signals_are_noted_not_raised_and_a_second_one_acts_as_usual():
 
 
 def test_save_policy_by_steps_and_by_minutes(monkeypatch):
-    from {{ cookiecutter.project_slug }} import preemption
+    from {{ cookiecutter.project_slug }} import checkpoint_schedule
 
     clock = [1000.0]
-    monkeypatch.setattr(preemption.time, "monotonic", lambda: clock[0])
-    by_steps = preemption.SavePolicy(save_steps=3, save_minutes=None)
+    monkeypatch.setattr(checkpoint_schedule.time, "monotonic", lambda: clock[0])
+    by_steps = checkpoint_schedule.SavePolicy(save_steps=3, save_minutes=None)
     assert [step for step in range(1, 10) if by_steps.due(step)] == [3, 6, 9]
-    by_time = preemption.SavePolicy(save_steps=None, save_minutes=2)
+    by_time = checkpoint_schedule.SavePolicy(save_steps=None, save_minutes=2)
     clock[0] += 119
     assert not by_time.due(1)
     clock[0] += 1
     assert by_time.due(2)
     by_time.saved()
     assert not by_time.due(3)
-    assert not preemption.SavePolicy(None, None).due(100)
+    assert not checkpoint_schedule.SavePolicy(None, None).due(100)

@@ -10,7 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .runtime import barrier, gather_objects, main_process_decides, where_am_i
+from .processes import barrier, gather_objects, main_process_decides, where_am_i
 
 LATEST = "LATEST"
 PROGRESS = "progress.json"

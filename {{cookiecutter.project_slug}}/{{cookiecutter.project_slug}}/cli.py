@@ -4,6 +4,7 @@ Known problems (bad flags, bad data files, a missing TPU, an unwritable output
 folder) end in one line that says what to do, not in a stack trace.
 """
 
+import argparse
 import sys
 
 from transformers import HfArgumentParser
@@ -11,8 +12,23 @@ from transformers import HfArgumentParser
 from .config import ConfigError, TrainConfig
 
 
+def build_parser() -> HfArgumentParser:
+    """The options of TrainConfig, each `--no_X` with a help of its own.
+
+    HfArgumentParser adds a `--no_X` (store_false) for every bool field whose default is True, with a copy of
+    X's metadata, so its help repeated X's ("Save checkpoints: ...") and showed "(default: False)".
+    """
+    options = HfArgumentParser(TrainConfig)
+    for action in options._actions:
+        if isinstance(action, argparse._StoreFalseAction) and action.option_strings[0] == f"--no_{action.dest}":
+            action.help = f"The same as --{action.dest} false."
+            # Not a default of its own: --{action.dest}'s, added first, is the one argparse uses.
+            action.default = argparse.SUPPRESS
+    return options
+
+
 def parse(argv=None) -> TrainConfig:
-    parser = HfArgumentParser(TrainConfig)
+    parser = build_parser()
     try:
         (config,) = parser.parse_args_into_dataclasses(args=argv)
     except ConfigError as error:
@@ -29,11 +45,12 @@ def main(argv=None) -> int:
     config = parse(argv)
     from .checkpointing import CheckpointProblem
     from .data import DataProblem
+    from .environment import EnvironmentProblem
     from .graph_watch import RecompilationLimit
-    from .modeling import ModelUnavailable
+    from .hub import ModelUnavailable
     from .precision import PrecisionUnavailable
     from .preemption import Preempted
-    from .runtime import EnvironmentProblem, is_main_process
+    from .processes import is_main_process
     from .training import training_function
 
     try:

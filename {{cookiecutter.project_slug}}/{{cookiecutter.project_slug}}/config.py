@@ -57,10 +57,11 @@ class TrainConfig:
     text_column: str | None = field(default=None, metadata={"help": "Text column (default: text)."})
 {%- else %}
     text_column: str | None = field(default=None, metadata={"help": "Text column (default: sentence1 or text)."})
-{%- endif %}
+    # The classifier's own options: a causal-LM project is generated without them.
     text_pair_column: str | None = field(default=None, metadata={"help": "Second text column, if any."})
     label_column: str = field(default="label", metadata={"help": "Label column (integers 0..num_labels-1)."})
     num_labels: int = {{ cookiecutter.num_labels }}
+{%- endif %}
     train_batch_size: int = field(
         default={{ cookiecutter.train_batch_size }},
         metadata={"help": "Per chip: one process's batch with data, one chip's share of the global batch with fsdp."},
@@ -148,7 +149,7 @@ class TrainConfig:
         return Path(self.report) if self.report else Path(self.output_dir) / "report.json"
 
     def __post_init__(self):
-        for name in ("num_labels", "train_batch_size", "eval_batch_size", "max_seq_length", "num_epochs"):
+        for name in ({% if cookiecutter.task != "causal-lm" %}"num_labels", {% endif %}"train_batch_size", "eval_batch_size", "max_seq_length", "num_epochs"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name}={value!r}: must be a positive whole number")

@@ -1,33 +1,28 @@
 """The recompilation watch: every XLA graph a run compiles, when, with which batch, and why.
 
-After each step the loop asks the watch to look at this process's compilation counter, a
+A callback of the training loop (callbacks.py): after each step it looks at this process's compilation counter, a
 host-side number (no graph, no device transfer). Graphs compiled during warm-up are expected:
 the first WARMUP_TRAIN_STEPS training steps, the whole first evaluation, and whatever else the
 first epoch compiles (a reduction across processes, a checkpoint). Any graph after that is a
 **recompilation**: the run prints one line per distinct cause that names what changed and the
 fix, the report counts them, and `--max_recompilations N` stops the run at the N+1-th.
 
-The cause and the Python frame come from torch_xla's own analysis: with PT_XLA_DEBUG_LEVEL=1 and
-PT_XLA_DEBUG_FILE set before the runtime starts, torch_xla writes one "Compilation Analysis"
-block per compilation, which the watch reads as it goes.
+The cause and the Python frame come from torch_xla's own analysis (compile_analysis.py).
 """
 
-import os
-import re
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .runtime import compilations_so_far
+from .callbacks import Callback
+from .compilations import compilations_so_far
+from .compile_analysis import HOST_READ, Analysis, parse_analyses
 
 # Training compiles three graphs before its steady state: the first step, the first step with
 # optimizer state, the steady step.
 WARMUP_TRAIN_STEPS = 3
 PHASES = ("train", "eval", "other")
-HOST_READ = "most likely user code trying to access tensor value before torch_xla.sync"
-# Frames of these libraries are not where a user fixes anything.
-LIBRARY_PATH = re.compile(r"[/\\](site-packages|dist-packages|lib/python\d\.\d+)[/\\]")
 
 
 class RecompilationLimit(RuntimeError):
@@ -51,55 +46,13 @@ class Graph:
     why: str | None = None  # for a recompilation: the kind of cause ("shape", "host read at ...")
 
 
-@dataclass
-class Analysis:
-    cause: str
-    frame: str | None
-
-
-def enable_analysis(folder: Path, process: int) -> Path | None:
-    """Ask torch_xla to explain each compilation in a file; before the runtime starts, else it is too late.
-
-    Returns the file, or None where the user set PT_XLA_DEBUG_LEVEL already (their setting wins) or the
-    runtime of this process already runs (a second run in one notebook process).
-    """
-    import torch_xla
-
-    if "PT_XLA_DEBUG_LEVEL" in os.environ or torch_xla._XLAC._xla_runtime_is_initialized():
-        return None
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"compilations-process-{process}.log"
-    path.write_text("")
-    os.environ.update(PT_XLA_DEBUG_LEVEL="1", PT_XLA_DEBUG_FILE=str(path))
-    return path
-
-
-def parse_analyses(text: str) -> list[Analysis]:
-    """The "Compilation Analysis" blocks of torch_xla's debug output, in order."""
-    found = []
-    for block in text.split("Compilation Analysis: Compilation Cause")[1:]:
-        lines = [line.removeprefix("Compilation Analysis:").strip() for line in block.splitlines()]
-        cause = lines[1] if len(lines) > 1 else "unknown"
-        frames = []
-        if "Python Frame Triggered Execution:" in lines:
-            for line in lines[lines.index("Python Frame Triggered Execution:") + 1:]:
-                if not line or line.startswith("---") or line.startswith("==="):
-                    break
-                if line.strip(".") and not line.startswith("sync ("):  # "....." marks a cut stack; sync() is the cut
-                    frames.append(line)
-        # Innermost first: the user's own line where the stack reaches it, else the library line that did it.
-        user = [frame for frame in frames if not LIBRARY_PATH.search(frame)]
-        found.append(Analysis(cause, (user or frames or [None])[0]))
-    return found
-
-
 def batch_shapes(batch) -> dict:
     """{name: shape} of a batch's tensors (metadata: reading it costs nothing on the device)."""
     return {name: tuple(value.shape) for name, value in batch.items() if hasattr(value, "shape")}
 
 
 @dataclass
-class GraphWatch:
+class GraphWatch(Callback):
     padding: str
     max_recompilations: int | None
     say: object  # the run's print-once-on-the-main-process
@@ -119,6 +72,24 @@ class GraphWatch:
         """From here on every new graph is the loop's (the precision check and set-up came before)."""
         self._count = compilations_so_far() or 0
         self._read = len(self._analyses())
+
+    # The loop's points (callbacks.py).
+    def on_fit_start(self, run) -> None:
+        self.start()
+
+    def after_train_step(self, run, batch) -> None:
+        self.check("train", run.epoch, run.step, batch)
+
+    def after_eval_step(self, run, step: int, batch) -> None:
+        self.check("eval", run.epoch, step, batch)
+
+    def after_evaluation(self, run) -> None:
+        self.check("other", run.epoch)  # the epoch's reductions and reads
+        self.warmed_up("eval")
+
+    def at_epoch_end(self, run) -> None:
+        self.check("other", run.epoch)  # the epoch's checkpoint, written just before
+        self.warmed_up("other")
 
     def check(self, phase: str, epoch: int, step: int | None = None, batch=None) -> None:
         """Look for graphs compiled since the last check; call after the step's sync."""

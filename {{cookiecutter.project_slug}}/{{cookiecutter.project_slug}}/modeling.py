@@ -1,7 +1,7 @@
-"""What every model needs, whatever the task: graph-friendly attention, and a clear error when it cannot be loaded.
+"""What every model needs, whatever the task: graph-friendly attention and activation checkpointing that works on XLA.
 
-The task (tasks/) builds the model, on the host (CPU) only. In a notebook that runs once in the
-parent process and the model is handed to every forked worker.
+The task (tasks/) builds the model, on the host (CPU) only; in a notebook that runs once in the parent
+process and the model is handed to every forked worker. hub.py says in one line when a model cannot be loaded.
 """
 
 from transformers import AttentionMaskInterface
@@ -29,23 +29,6 @@ def use_graph_friendly_attention(model):
     return model
 
 
-class ModelUnavailable(RuntimeError):
-    """The model (or its tokenizer) can be read neither from a local folder nor from the hub."""
-
-
-def from_hub_or_folder(load, name: str):
-    """`load(name)`, with the usual offline failure said in one line that names the model and the fix."""
-    try:
-        return load(name)
-    except OSError as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ModelUnavailable(
-            f"model_name_or_path={name!r} cannot be loaded ({reason[:160]}): it is not a local folder and the hub "
-            "is out of reach (HF_HUB_OFFLINE=1 or no network). Pass --model_name_or_path with a folder written by "
-            "save_pretrained, or --demo to train the demo model on your files"
-        ) from None
-
-
 def enable_gradient_checkpointing(model):
     """Recompute each layer's activations in the backward pass (transformers' activation checkpointing).
 
@@ -54,7 +37,7 @@ def enable_gradient_checkpointing(model):
     function is torch_xla's checkpoint, whose optimization barriers keep XLA from undoing the recomputation.
     """
     model.activation_checkpointing_enable()
-    from .runtime import xla_installed
+    from .environment import xla_installed
 
     if xla_installed():
         from torch_xla.utils.checkpoint import checkpoint
@@ -64,9 +47,3 @@ def enable_gradient_checkpointing(model):
                 module._gradient_checkpointing_func = checkpoint
     return model
 
-
-def build_model(config, demo: bool, vocab_size: int | None = None):
-    """The task's model (tasks/): its demo model built from a config, or a pretrained checkpoint."""
-    from .tasks import task
-
-    return task.build_model(config, demo, vocab_size)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .config import ConfigError, TrainConfig
-from .runtime import uses_xla
+from .devices import uses_xla
 
 BAKED_MIXED_PRECISION = {{ cookiecutter.mixed_precision | tojson }}
 BAKED_DOWNCAST_BF16 = {{ cookiecutter.downcast_bf16 }}

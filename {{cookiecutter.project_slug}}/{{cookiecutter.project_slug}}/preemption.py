@@ -6,12 +6,15 @@ boundary, a checkpoint is written, and the run exits with PREEMPTED_EXIT. `--res
 continues with the next batch of the same epoch.
 
 Agreement is a host-side all-reduce over a gloo group (no XLA graph, no device transfer),
-made at each step boundary only when there are several processes.
+made at each step boundary only when there are several processes. The checkpoint itself is
+checkpoint_schedule.py's; this module is the callback (callbacks.py) that asks for it and stops.
 """
 
 import signal
 import threading
-import time
+
+from .callbacks import Callback
+from .processes import agree
 
 # EX_TEMPFAIL: a temporary failure, to be retried (here: with --resume).
 PREEMPTED_EXIT = 75
@@ -56,43 +59,36 @@ class StopSignals:
         return signal.Signals(self.received).name if self.received else None
 
 
-class SavePolicy:
-    """When a step checkpoint is due: every `save_steps` optimizer steps, or `save_minutes` after the last save."""
+class Preemption(Callback):
+    """Notes stop signals during the run; at the next step boundary (or epoch end) saves and stops every process."""
 
-    def __init__(self, save_steps: int | None, save_minutes: float | None):
-        self.save_steps, self.save_minutes = save_steps, save_minutes
-        self._last = time.monotonic()
+    def __init__(self, accelerator, checkpoints):
+        self.accelerator, self.checkpoints = accelerator, checkpoints
+        self.signals = StopSignals()
 
-    def due(self, global_step: int) -> bool:
-        by_steps = bool(self.save_steps) and global_step % self.save_steps == 0
-        by_time = bool(self.save_minutes) and time.monotonic() - self._last >= self.save_minutes * 60
-        return by_steps or by_time
+    def on_fit_start(self, run) -> None:
+        self.signals.__enter__()
 
-    def saved(self) -> None:
-        self._last = time.monotonic()
+    def on_fit_end(self, run) -> None:
+        self.signals.__exit__(None, None, None)
 
+    def at_step_boundary(self, run) -> None:
+        if self._asked():
+            if self.checkpoints.enabled and not self.checkpoints.saved_at(run.global_step):
+                self.checkpoints.save(run, inside_epoch=True)
+            raise self._stopped(run)
 
-_HOST_GROUP = []
+    def at_epoch_end(self, run) -> None:
+        # A signal during the evaluation or the epoch's checkpoint (written just before this point).
+        if self._asked():
+            raise self._stopped(run)
 
+    def _asked(self) -> bool:
+        (stop,) = agree(self.accelerator, self.signals.received is not None)
+        return stop
 
-def agree(accelerator, *flags: bool) -> list[bool]:
-    """Each flag true on any process is true on every process, so that all take the same decision at one step."""
-    if accelerator.num_processes == 1:
-        return list(flags)
-    import torch
-    import torch.distributed as dist
-
-    values = torch.tensor([int(flag) for flag in flags], dtype=torch.int32)
-    dist.all_reduce(values, op=dist.ReduceOp.MAX, group=_host_group())
-    return [bool(value) for value in values.tolist()]
-
-
-def _host_group():
-    """gloo (host memory): the default group on the CPU; on XLA or GPUs its collectives would be device work."""
-    import torch.distributed as dist
-
-    if dist.get_backend() == "gloo":
-        return None
-    if not _HOST_GROUP:
-        _HOST_GROUP.append(dist.new_group(backend="gloo"))
-    return _HOST_GROUP[0]
+    def _stopped(self, run) -> Preempted:
+        kept = (f"checkpoint {self.checkpoints.last} written; run again with --resume to continue from the next batch"
+                if self.checkpoints.enabled else "no checkpoint (--checkpoint false): a new run starts from scratch")
+        return Preempted(f"preempted ({self.signals.name or 'by another process'}) at epoch {run.epoch + 1} "
+                         f"step {run.step}: {kept}")

@@ -1,7 +1,12 @@
-"""The end-of-run report: a short table on screen and the same fields as JSON."""
+"""The end-of-run report: what the run did and measured, a short table on screen and the same fields as JSON."""
 
 import json
+from dataclasses import asdict
 from pathlib import Path
+
+from . import precision
+from .devices import device_kind
+from .tasks import task
 
 {% if cookiecutter.task == "causal-lm" -%}
 TASK_FIELDS = ("steady_tokens_per_second", "train_padding_fraction", "eval_perplexity", "eval_loss",
@@ -15,6 +20,37 @@ FIELDS = (
     "xla_compilations", "recompilations", "compile_seconds", "compilation_cache", "precision", "data", "checkpoint",
     "checkpoint_seconds",
 )
+
+
+def run_report(accelerator, layout, prepared, run, config, precision_report, watch=None, checkpoints=None) -> dict:
+    """The run's report from its parts (preparation.py), state (run_state.py) and callbacks (callbacks.py)."""
+    report = {
+        "device": device_kind(accelerator.device),
+        "distributed_type": str(accelerator.distributed_type.value),
+        "num_processes": accelerator.num_processes,
+        "epochs": config.num_epochs,
+        "epochs_run": config.num_epochs - run.first_epoch,
+        "process_compilations_after_each_epoch": run.compiled_by_epoch,
+        "recompilations": watch.recompilations if watch else None,
+        "graphs": watch.report() if watch else None,
+        "train_examples": len(prepared.train_examples),
+        **run.speeds(),
+        "steady_step_seconds": watch.steady_step_seconds() if watch else None,
+        # Host-side floats: the scheduler lives on the host, reading it costs no device transfer.
+        "learning_rate": {
+            "optimizer_steps": prepared.optimizer_steps, "first_step": run.first_learning_rate,
+            "last_step": run.last_learning_rate, "after_training": prepared.scheduler.get_last_lr()[0],
+        },
+        **run.evaluation,
+        "precision": precision_report.as_dict(),
+        "data": prepared.data.source,
+        **checkpoints.report(),
+        "task": task.NAME,
+        "layout": layout.describe(accelerator, prepared.optimizer, precision.bytes_on_device(precision_report)),
+        "config": asdict(config),
+    }
+    report.update(task.facts(prepared.train_examples, prepared.collator, config, report))
+    return report
 
 
 def format_table(report: dict) -> str:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
+from ..devices import uses_xla
 from ..modeling import enable_gradient_checkpointing
-from ..runtime import uses_xla
 
 
 class DataParallel:

@@ -7,23 +7,18 @@ looks like one process: XLA's SPMD partitioner adds the collectives.
 
 Accelerate has no FSDPv2 path (its FSDP plugin refuses XLA), so the model is wrapped here and the loaders
 are Accelerate's host-side ones (seedable sampler, one share per host) fed through torch_xla's device loader
-with an input sharding. Checkpoints are sharded: `torch.distributed.checkpoint` with torch_xla's SPMD planners
-writes each device's shards, so no host ever holds the whole model.
+with an input sharding. The layer class wrapped one by one and the output's sharding are fsdp_wrapping.py's;
+the sharded checkpoints (no host ever holds the whole model) are fsdp_checkpoint.py's.
 """
 
-import functools
-import random
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from ..config import ConfigError
-from ..modeling import enable_gradient_checkpointing
-
-AXIS = "fsdp"
-SHARDED = "sharded"  # the torch.distributed.checkpoint folder inside a checkpoint
-HOST_STATE = "host_state.pt"  # scheduler and random states, the same on every host
+from .fsdp_checkpoint import load_sharded, save_sharded
+from .fsdp_wrapping import AXIS, wrap_model
 
 
 class FsdpV2:
@@ -38,7 +33,7 @@ class FsdpV2:
 
     def start(self) -> None:
         """Switch the runtime to SPMD and lay every chip of the job on the `fsdp` axis."""
-        from ..runtime import xla_installed
+        from ..environment import xla_installed
 
         if not xla_installed():
             raise ConfigError("parallelism='fsdp' needs PyTorch/XLA (SPMD): install torch_xla, or use parallelism='data'")
@@ -81,16 +76,7 @@ class FsdpV2:
 
     def wrap(self, model):
         """FSDPv2 around each repeated layer, then around the whole model (which moves it to the devices)."""
-        from torch_xla.distributed.fsdp.wrap import transformer_auto_wrap_policy
-        from torch_xla.experimental.spmd_fully_sharded_data_parallel import SpmdFullyShardedDataParallel
-
-        layer = layer_class(model, self.config.fsdp_layer_class)
-        if self.config.gradient_checkpointing:
-            enable_gradient_checkpointing(model)
-        self.model = SpmdFullyShardedDataParallel(
-            model, mesh=self.mesh, shard_output=shard_output,
-            auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={layer}),
-        )
+        self.model = wrap_model(model, self.mesh, self.config.fsdp_layer_class, self.config.gradient_checkpointing)
         return self.model
 
     # -- optimizer, scheduler, loaders -------------------------------------------------------------
@@ -146,46 +132,12 @@ class FsdpV2:
 
     # -- checkpoints ---------------------------------------------------------------------------------
 
-    def _state(self) -> dict:
-        # keep_vars: the parameters themselves, so that loading writes into them and keeps their sharding.
-        return {"model": self.model.state_dict(keep_vars=True), "optimizer": self.optimizer.state_dict()}
-
     def save_state(self, accelerator, folder: Path) -> None:
-        """Each device's shards (torch.distributed.checkpoint), plus the scheduler and random states."""
-        import torch.distributed as dist
-        import torch.distributed.checkpoint as dcp
-        import torch_xla.core.xla_model as xm
-        from torch_xla.experimental.distributed_checkpoint import SPMDSavePlanner
-
-        seed = xm.get_rng_state()  # the save syncs the graph, which advances the seed: keep the run's stream
-        dcp.save(self._state(), storage_writer=dcp.FileSystemWriter(str(folder / SHARDED)),
-                 planner=SPMDSavePlanner(), no_dist=not dist.is_initialized())
-        xm.set_rng_state(seed)
-        if accelerator.is_main_process:
-            torch.save({
-                "scheduler": self.scheduler.state_dict(), "xm_seed": seed, "torch": torch.get_rng_state(),
-                "numpy": np.random.get_state(), "python": random.getstate(),
-            }, folder / HOST_STATE)
+        """Each device's shards, plus the scheduler and random states (fsdp_checkpoint.py)."""
+        save_sharded(self.model, self.optimizer, self.scheduler, folder, accelerator.is_main_process)
 
     def load_state(self, accelerator, folder: Path) -> None:
-        import torch.distributed as dist
-        import torch.distributed.checkpoint as dcp
-        import torch_xla.core.xla_model as xm
-        from torch_xla.experimental.distributed_checkpoint import SPMDLoadPlanner, prime_optimizer
-
-        if not self.optimizer.state:
-            # The checkpoint is loaded into existing tensors: create the optimizer's state first.
-            prime_optimizer(self.optimizer)
-        state = self._state()
-        dcp.load(state, storage_reader=dcp.FileSystemReader(str(folder / SHARDED)),
-                 planner=SPMDLoadPlanner(), no_dist=not dist.is_initialized())
-        self.optimizer.load_state_dict(state["optimizer"])
-        host = torch.load(folder / HOST_STATE, weights_only=False)
-        self.scheduler.load_state_dict(host["scheduler"])
-        xm.set_rng_state(host["xm_seed"])
-        torch.set_rng_state(host["torch"])
-        np.random.set_state(host["numpy"])
-        random.setstate(host["python"])
+        load_sharded(self.model, self.optimizer, self.scheduler, folder)
 
     def release(self) -> None:
         self.model = self.optimizer = self.scheduler = None
@@ -251,47 +203,3 @@ class _AsDicts:
         for batch in self.loader:
             yield dict(batch)
 
-
-def shard_output(output, mesh) -> None:
-    """Split a forward's output along the batch axis (the logits of a model output; a layer's first tensor)."""
-    import torch_xla.distributed.spmd as xs
-
-    if isinstance(output, torch.Tensor):
-        tensor = output
-    elif getattr(output, "logits", None) is not None:
-        tensor = output.logits
-    else:
-        tensor = output[0]
-    xs.mark_sharding(tensor, mesh, (AXIS,) + (None,) * (tensor.dim() - 1))
-
-
-def layer_class(model, name: str | None = None) -> type:
-    """The class FSDPv2 wraps one by one: the named one, the model's `_no_split_modules`, or its repeated block."""
-    classes = {type(module).__name__: type(module) for module in model.modules()}
-    if name:
-        if name not in classes:
-            raise ConfigError(
-                f"fsdp_layer_class={name!r}: {type(model).__name__} has no such module; "
-                f"its classes include {', '.join(sorted(classes)[:12])}"
-            )
-        return classes[name]
-    # Of the classes transformers keeps whole (`_no_split_modules`), the one the model repeats most.
-    counts = {}
-    for module in model.modules():
-        if type(module).__name__ in (getattr(model, "_no_split_modules", None) or []):
-            counts[type(module)] = counts.get(type(module), 0) + 1
-    if counts:
-        return max(counts, key=counts.get)
-    # The class of the longest list of same-class blocks (BERT's encoder.layer, GPT-2's h, ...).
-    best, length = None, 0
-    for module in model.modules():
-        if isinstance(module, torch.nn.ModuleList) and len(module) > length:
-            kinds = {type(block) for block in module}
-            if len(kinds) == 1:
-                best, length = kinds.pop(), len(module)
-    if best is None:
-        raise ConfigError(
-            f"parallelism='fsdp': no repeated layer found in {type(model).__name__} to shard one by one; "
-            "pass --fsdp_layer_class with the class name of its blocks"
-        )
-    return best

@@ -17,8 +17,10 @@ from torch.utils.data import DataLoader
 from transformers import AutoModelForCausalLM, DataCollatorForSeq2Seq, LlamaConfig, LlamaForCausalLM
 
 from ..config import PADDING_MODES, TrainConfig
-from ..data import load_text_data, load_tokenizer
-from ..modeling import ATTENTION, from_hub_or_folder
+from ..data import load_text_data
+from ..hub import from_hub_or_folder
+from ..modeling import ATTENTION
+from ..tokenizer import load_tokenizer
 
 NAME = "causal-lm"
 IGNORED = -100  # labels the loss skips: padding
@@ -60,7 +62,7 @@ def _padded(rows, length: int, pad_id: int) -> dict:
 
 def load_examples(config: TrainConfig, demo: bool):
     """(data, tokenizer, train examples, eval examples): packed blocks, or one text per row for the other paddings."""
-    data = load_text_data(config, demo, labelled=False)
+    data = load_text_data(config, demo)
     tokenizer = load_tokenizer(config, demo)
     if tokenizer.eos_token is None:  # the demo's WordPiece tokenizer: its separator ends a text
         tokenizer.eos_token = tokenizer.sep_token

@@ -12,8 +12,10 @@ from transformers import (
 )
 
 from ..config import PADDING_MODES, TrainConfig
-from ..data import load_text_data, load_tokenizer
-from ..modeling import ATTENTION, from_hub_or_folder
+from ..data import TaskChecks, load_text_data, no_column
+from ..hub import from_hub_or_folder
+from ..modeling import ATTENTION
+from ..tokenizer import load_tokenizer
 
 NAME = "text-classification"
 DEMO_SHAPE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
@@ -33,11 +35,44 @@ def tokenize(split, tokenizer, text_column, text_pair_column, label_column, max_
     return split.map(encode, batched=True, remove_columns=split.column_names)
 
 
+def label_checks(label_column: str, num_labels: int) -> TaskChecks:
+    """Refuse labels that cannot be learned or evaluated: a file's row as written, a hub split's column."""
+
+    def not_a_label(label) -> str:
+        return f"label {label!r} is not a whole number in 0..{num_labels - 1} (num_labels={num_labels})"
+
+    def row(values: dict) -> str | None:
+        if label_column not in values:
+            return no_column(label_column, values)
+        label = values[label_column]
+        try:
+            valid = float(label) == int(float(label)) and 0 <= int(float(label)) < num_labels
+        except (TypeError, ValueError):
+            valid = False
+        return None if valid else not_a_label(label)
+
+    def split(rows) -> str | None:
+        if label_column not in rows.column_names:
+            return no_column(label_column, rows.column_names)
+        labels = rows[label_column]
+        bad = [label for label in labels if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < num_labels]
+        if not bad:
+            return None
+        if all(label == -1 for label in bad):
+            return (
+                f"{len(bad)} of {len(labels)} rows have no label (-1, as in GLUE's test splits): evaluate on a "
+                "split with labels, or use --dataset files with your own --eval_file"
+            )
+        return not_a_label(bad[0])
+
+    return TaskChecks(row, split)
+
+
 def load_examples(config: TrainConfig, demo: bool):
     """(data, tokenizer, train examples, eval examples), tokenized without padding (the collator pads)."""
-    data = load_text_data(config, demo)
+    data = load_text_data(config, demo, config.text_pair_column, label_checks(config.label_column, config.num_labels))
     tokenizer = load_tokenizer(config, demo)
-    encode = (tokenizer, data.text_column, data.text_pair_column, data.label_column, config.max_seq_length)
+    encode = (tokenizer, data.text_column, data.text_pair_column, config.label_column, config.max_seq_length)
     train_examples = tokenize(data.train, *encode)
     eval_examples = tokenize(data.eval, *encode)
     if config.max_train_examples:

@@ -1,0 +1,60 @@
+"""FSDPv2's sharded checkpoint: each device writes and reads only its own shards, so no host holds the whole model.
+
+`torch.distributed.checkpoint` with torch_xla's SPMD planners writes the model's and optimizer's shards
+into one folder; the scheduler and the random states, the same on every host, go beside it in one file
+written by the main process.
+"""
+
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SHARDED = "sharded"  # the torch.distributed.checkpoint folder inside a checkpoint
+HOST_STATE = "host_state.pt"  # scheduler and random states, the same on every host
+
+
+def _state(model, optimizer) -> dict:
+    # keep_vars: the parameters themselves, so that loading writes into them and keeps their sharding.
+    return {"model": model.state_dict(keep_vars=True), "optimizer": optimizer.state_dict()}
+
+
+def save_sharded(model, optimizer, scheduler, folder: Path, main_process: bool) -> None:
+    """Each device's shards (torch.distributed.checkpoint), plus the scheduler and random states."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    import torch_xla.core.xla_model as xm
+    from torch_xla.experimental.distributed_checkpoint import SPMDSavePlanner
+
+    seed = xm.get_rng_state()  # the save syncs the graph, which advances the seed: keep the run's stream
+    dcp.save(_state(model, optimizer), storage_writer=dcp.FileSystemWriter(str(folder / SHARDED)),
+             planner=SPMDSavePlanner(), no_dist=not dist.is_initialized())
+    xm.set_rng_state(seed)
+    if main_process:
+        torch.save({
+            "scheduler": scheduler.state_dict(), "xm_seed": seed, "torch": torch.get_rng_state(),
+            "numpy": np.random.get_state(), "python": random.getstate(),
+        }, folder / HOST_STATE)
+
+
+def load_sharded(model, optimizer, scheduler, folder: Path) -> None:
+    """Read a checkpoint written by `save_sharded` into the live (sharded) tensors and restore the random states."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    import torch_xla.core.xla_model as xm
+    from torch_xla.experimental.distributed_checkpoint import SPMDLoadPlanner, prime_optimizer
+
+    if not optimizer.state:
+        # The checkpoint is loaded into existing tensors: create the optimizer's state first.
+        prime_optimizer(optimizer)
+    state = _state(model, optimizer)
+    dcp.load(state, storage_reader=dcp.FileSystemReader(str(folder / SHARDED)),
+             planner=SPMDLoadPlanner(), no_dist=not dist.is_initialized())
+    optimizer.load_state_dict(state["optimizer"])
+    host = torch.load(folder / HOST_STATE, weights_only=False)
+    scheduler.load_state_dict(host["scheduler"])
+    xm.set_rng_state(host["xm_seed"])
+    torch.set_rng_state(host["torch"])
+    np.random.set_state(host["numpy"])
+    random.setstate(host["python"])

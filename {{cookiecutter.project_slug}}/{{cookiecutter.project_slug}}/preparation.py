@@ -1,0 +1,81 @@
+"""Everything a run trains with, built in order and prepared by the layout: data, model, loaders, optimizer, schedule.
+
+The task (tasks/) says how examples are loaded and batched and which model is built; the batching policy
+(batching.py) gives every batch one shape; the layout (parallel/) places the model and the batches.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from . import batching, precision
+from .config import ConfigError, TrainConfig
+from .modeling import use_graph_friendly_attention
+from .processes import main_process_first
+from .tasks import task
+
+
+@dataclass
+class Prepared:
+    model: object
+    optimizer: object
+    scheduler: object
+    train_loader: object
+    eval_loader: object
+    tokenizer: object
+    data: object  # the task's TextData: where the examples came from
+    train_examples: object
+    collator: object
+    steps_per_epoch: int
+    replicas: int  # per-chip batches in one optimizer step
+    optimizer_steps: int
+
+
+def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precision_report, say) -> Prepared:
+    """Load the task's examples, build the model unless one was passed in, and hand everything to the layout."""
+    with main_process_first(accelerator):
+        data, tokenizer, train_examples, eval_examples = task.load_examples(config, demo)
+    if model is None:
+        model = task.build_model(config, demo, vocab_size=len(tokenizer))
+    model = use_graph_friendly_attention(model)
+    if precision.uses_model_cast(precision_report):
+        model = model.to(torch.bfloat16)
+        say(f"precision: {precision_report.verified}")
+    model = layout.wrap(model)
+
+    collator = task.make_collator(tokenizer, config.padding, config.max_seq_length)
+    # A loader batch feeds one chip (data) or all of a host's chips (fsdp).
+    per_loader = layout.devices_per_process()
+    train_loader = batching.train_loader(train_examples, collator, config.train_batch_size * per_loader, config.seed)
+    eval_loader = batching.eval_loader(
+        eval_examples, collator, config.eval_batch_size * per_loader, layout.loader_shards(accelerator)
+    )
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.resolved_learning_rate(demo), weight_decay=config.weight_decay
+    )
+    replicas = layout.replicas(accelerator)  # chips (fsdp) or processes (data) sharing one optimizer step
+    steps_per_epoch = len(train_examples) // (config.train_batch_size * replicas)
+    if steps_per_epoch == 0:
+        raise ConfigError(
+            f"train_batch_size={config.train_batch_size}: larger than the {len(train_examples)} training examples "
+            f"shared by {replicas} {'chips' if layout.name == 'fsdp' else 'process(es)'}; lower it"
+        )
+    optimizer_steps = steps_per_epoch * config.num_epochs
+    from transformers import get_linear_schedule_with_warmup
+
+    # Sized in the scheduler's own calls: Accelerate's prepared scheduler (data) steps the one it wraps
+    # num_processes times per optimizer step, so a schedule sized in optimizer steps would reach 0 early.
+    # No warm-up from zero: a learning rate of exactly 0 or 1 is a different XLA graph.
+    scheduler = get_linear_schedule_with_warmup(
+        optimizer, 0, optimizer_steps * layout.scheduler_calls_per_step(accelerator)
+    )
+    model, optimizer, train_loader, eval_loader, scheduler = layout.prepare(
+        accelerator, model, optimizer, train_loader, eval_loader, scheduler
+    )
+    if len(train_loader) != steps_per_epoch:
+        raise RuntimeError(f"Accelerate's loader gives {len(train_loader)} steps per epoch, the schedule expects {steps_per_epoch}")
+    precision_report.autocast = precision.forward_autocast(accelerator, model)
+    return Prepared(
+        model, optimizer, scheduler, train_loader, eval_loader, tokenizer, data, train_examples, collator,
+        steps_per_epoch, replicas, optimizer_steps,
+    )

@@ -1,0 +1,131 @@
+"""What the processes of a run agree on: one decision made by the main process, barriers, sums, gathers.
+
+Each helper is a no-op for a lone process, where the collective would only compile a rendezvous graph.
+"""
+
+import os
+import sys
+from contextlib import contextmanager
+
+
+def barrier(accelerator) -> None:
+    """wait_for_everyone, skipped for one process: on XLA it compiles a rendezvous graph."""
+    if accelerator.num_processes > 1:
+        accelerator.wait_for_everyone()
+
+
+@contextmanager
+def main_process_first(accelerator):
+    if accelerator.num_processes > 1:
+        with accelerator.main_process_first():
+            yield
+    else:
+        yield
+
+
+def gather_objects(accelerator, value) -> list:
+    """Every process's `value` (a small picklable host object), in process order, on every process.
+
+    For decisions and checks made once per run, never inside the step loop.
+    """
+    if accelerator.num_processes == 1:
+        return [value]
+    if accelerator.distributed_type.value == "XLA":
+        # accelerate.utils.gather_object raises NotImplementedError on XLA (Accelerate 1.15). torch_xla's
+        # mesh_reduce is its all-gather of host objects; it runs XLA collectives (graphs), hence not per step.
+        import torch_xla.core.xla_model as xm
+
+        return xm.mesh_reduce("gather_objects", value, list)
+    from accelerate.utils import gather_object
+
+    return gather_object([value])
+
+
+def main_process_decides(accelerator, decide):
+    """Run `decide()` on the main process only and hand its answer to every process.
+
+    Whatever depends on the outside world (is the hub reachable, which checkpoint is the newest)
+    is decided once: probed in every process, the answers can differ and the processes would
+    train different models or resume from different epochs.
+    """
+    answer = [decide() if accelerator.is_main_process else None]
+    if accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        broadcast_object_list(answer, from_process=0)
+    return answer[0]
+
+
+def is_main_process() -> bool:
+    """The main process of the run, also where no Accelerator exists (yet, or any more)."""
+    if "accelerate" in sys.modules:
+        from accelerate.state import PartialState
+
+        if PartialState._shared_state:
+            return PartialState().is_main_process
+    return os.environ.get("RANK", "0") == "0"
+
+
+def say_once(accelerator):
+    """A print for the run: the main process prints, above any progress bar; the others stay quiet."""
+
+    def say(message: str) -> None:
+        # Not accelerator.print: on an XLA CPU device its local process index is -1, so it prints nothing.
+        # tqdm.write: a message in the middle of an epoch goes above the progress bar, not into it.
+        if accelerator.is_main_process:
+            from tqdm.auto import tqdm
+
+            tqdm.write(message)
+
+    return say
+
+
+def where_am_i(accelerator) -> str:
+    """'host NAME (process I)', as messages that name a process say it."""
+    import socket
+
+    return f"host {socket.gethostname()} (process {accelerator.process_index})"
+
+
+def quiet_unless_main(accelerator) -> None:
+    """Progress bars and library warnings once per run: only the main process shows them."""
+    if accelerator.is_main_process:
+        return
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.utils.logging.set_verbosity_error()
+
+
+def sum_over_processes(accelerator, tensor):
+    """Sum across processes; a no-op (and no extra graph) for one process."""
+    if accelerator.num_processes == 1:
+        return tensor
+    return accelerator.reduce(tensor, reduction="sum")
+
+
+_HOST_GROUP = []
+
+
+def agree(accelerator, *flags: bool) -> list[bool]:
+    """Each flag true on any process is true on every process, so that all take the same decision at one step."""
+    if accelerator.num_processes == 1:
+        return list(flags)
+    import torch
+    import torch.distributed as dist
+
+    values = torch.tensor([int(flag) for flag in flags], dtype=torch.int32)
+    dist.all_reduce(values, op=dist.ReduceOp.MAX, group=_host_group())
+    return [bool(value) for value in values.tolist()]
+
+
+def _host_group():
+    """gloo (host memory): the default group on the CPU; on XLA or GPUs its collectives would be device work."""
+    import torch.distributed as dist
+
+    if dist.get_backend() == "gloo":
+        return None
+    if not _HOST_GROUP:
+        _HOST_GROUP.append(dist.new_group(backend="gloo"))
+    return _HOST_GROUP[0]
