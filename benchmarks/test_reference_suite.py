@@ -6,6 +6,7 @@ and plot are copied here; `python tools/update_readme_results.py` puts the table
 """
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -28,8 +29,13 @@ LOOPS = {
     "test_accelerate_example_loop": "accelerate-example", "test_trainer_loop[trainer-as-written]": "trainer",
     "test_trainer_loop[trainer-tpu-tuned]": "trainer-tpu-tuned",
 }
+# The fine-tuning comparison of the precision levels: both tasks' suites have it.
+FINE_TUNING = ("fp32", "bf16", "pure-bf16-xla", "pure-bf16-xla+kahan", "pure-bf16-downcast", "pure-bf16-downcast+kahan",
+               "pure-bf16-cast")
+FINE_TUNING_EXPECTED = {f"test_finetuning_level[{level}]": "precision: fine-tuning" for level in FINE_TUNING}
 EXPECTED = {
     **{f"test_precision_mode[{case}]": "precision" for case in PRECISION},
+    **FINE_TUNING_EXPECTED,
     **{f"test_eval_cell[{cell}]": "recompilation: eval batching" for cell in GRID},
     **{name: "recompilation: loops" for name in LOOPS},
     "test_compilation_cache_warm_run": "recompilation: compilation cache",
@@ -75,6 +81,7 @@ def test_quick_profile(baked_default, summary):
     info = {name: entry["extra_info"] for name, entry in benchmarks.items()}
     check_eval_batching({cell: info[f"test_eval_cell[{cell}]"] for cell in GRID})
     check_precision({case: info[f"test_precision_mode[{case}]"] for case in PRECISION})
+    check_fine_tuning({level: info[f"test_finetuning_level[{level}]"] for level in FINE_TUNING})
     check_loops({loop: info[name] for name, loop in LOOPS.items()})
     check_fsdp({devices: info[f"test_fsdp_devices[{devices}]"] for devices in (1, 2, 4)})
     saving = info["test_step_checkpoint_cost"]
@@ -84,11 +91,15 @@ def test_quick_profile(baked_default, summary):
 
 
 def test_causal_lm_quick_profile(tmp_path_factory, summary):
-    """The causal-LM bake's suite: packed against padded batches, and FSDPv2 over 1, 2 and 4 devices."""
+    """The causal-LM bake's suite: packed against padded batches, FSDPv2 over 1, 2 and 4 devices, fine-tuning levels."""
     project = bake_into(tmp_path_factory.mktemp("bench-causal-lm"), task="causal-lm")
     results = RESULTS / "causal-lm"
     benchmarks, stdout, wall = run_suite(project, results)
+    assert not set(FINE_TUNING_EXPECTED) - set(benchmarks), sorted(set(FINE_TUNING_EXPECTED) - set(benchmarks))
+    for name, group in FINE_TUNING_EXPECTED.items():
+        assert benchmarks[name]["group"] == group, name
     info = {name: entry["extra_info"] for name, entry in benchmarks.items()}
+    check_fine_tuning({level: info[f"test_finetuning_level[{level}]"] for level in FINE_TUNING})
     packing = {padding: info[f"test_packing[{padding}]"] for padding in ("fixed", "longest", "dynamic")}
     assert packing["fixed"]["train_padding_fraction"] == 0 < packing["longest"]["train_padding_fraction"]
     assert packing["fixed"]["recompilations"] == packing["longest"]["recompilations"] == 0
@@ -125,6 +136,29 @@ def check_precision(cases: dict) -> None:
     assert cases["demo-xla-downcast-bf16"]["graph_types"].startswith("f32->bf16, f64->f32")
     assert cases["demo-xla-use-bf16"]["graph_types"].startswith("f32->bf16, f64->bf16")
     assert cases["demo-fp32"]["graph_types"].startswith("f32->f32, f64->f64")
+
+
+def check_fine_tuning(levels: dict) -> None:
+    """What the fine-tuning table says: the default bf16 keeps at least 99 % of the updates, as fp32 does; each
+    pure bf16 level without compensation keeps fewer, in half the state bytes; Kahan summation brings the update's
+    norm closer to fp32's, for one more weight-sized buffer."""
+    rate = {info["learning_rate"] for info in levels.values()}
+    assert rate in ({2e-5}, {1e-5}), rate  # the task's fine-tuning rate, the same in every level
+    assert len({info["optimizer_steps"] for info in levels.values()}) == 1  # the same steps
+    fp32, default = levels["fp32"], levels["bf16"]
+    assert fp32["fraction_changed"] >= 0.99 and default["fraction_changed"] >= 0.99
+    assert fp32["state_bytes_per_device"] == default["state_bytes_per_device"]  # float32 weights and AdamW state
+    for level in ("pure-bf16-xla", "pure-bf16-downcast", "pure-bf16-cast"):
+        plain, kahan = levels[level], levels.get(f"{level}+kahan")
+        assert plain["fraction_changed"] < default["fraction_changed"], level
+        assert plain["state_bytes_per_device"] <= 0.55 * fp32["state_bytes_per_device"], level
+        if kahan:
+            assert abs(kahan["update_norm_vs_fp32"] - 1) < abs(plain["update_norm_vs_fp32"] - 1), level
+            assert plain["state_bytes_per_device"] < kahan["state_bytes_per_device"] < fp32["state_bytes_per_device"]
+    for level in ("fp32", "bf16"):  # the reported eval loss is the float32 model's
+        assert levels[level]["eval_loss_gap_to_host"] < 1e-4, level
+    for level, info in levels.items():
+        assert math.isfinite(info["eval_loss"]), level
 
 
 def check_loops(loops: dict) -> None:

@@ -11,7 +11,8 @@ from pathlib import Path
 ANSWERS = json.loads(r"""{{ cookiecutter | tojson }}""")
 NOTEBOOK_FILES = ("train_on_tpu.ipynb", "tests/test_notebook.py", f"{ANSWERS['project_slug']}/launch_guard.py")
 SCRIPT_FILES = ("train.py", "tests/test_script.py")
-# Each task's own code and tests; the project keeps only the chosen task's.
+# Each task's own code and tests; the project keeps only the chosen task's. Benchmarks not named here are every
+# task's: the suite's plumbing, FSDPv2 over devices, the fine-tuning comparison of the precision levels.
 TASK_FILES = {
     "text-classification": (
         f"{ANSWERS['project_slug']}/tasks/text_classification.py", "tests/test_data_files.py", "tests/test_training.py",

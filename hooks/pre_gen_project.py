@@ -27,10 +27,11 @@ POSITIVE_INTS = (
 CHOICES = {
     "variants": ("both", "script", "notebook"),
     "mixed_precision": ("bf16", "no"),
+    "pure_bf16": ("no", "xla", "downcast", "cast"),
     "parallelism": ("data", "fsdp"),
     "task": ("text-classification", "causal-lm"),
 }
-BOOLEANS = ("shared_model", "downcast_bf16", "include_benchmarks")
+BOOLEANS = ("shared_model", "include_benchmarks")
 
 
 class AnswerError(ValueError):
@@ -101,11 +102,10 @@ def validate(answers):
     for field, allowed in CHOICES.items():
         if answers[field] not in allowed:
             raise AnswerError(field, answers[field], "one of " + ", ".join(allowed))
-    flags = {field: as_bool(field, answers[field]) for field in BOOLEANS}
-    if flags["downcast_bf16"] and answers["mixed_precision"] != "bf16":
-        raise AnswerError(
-            "downcast_bf16", answers["downcast_bf16"], "yes only with mixed_precision=bf16 (Accelerate's rule)"
-        )
+    for field in BOOLEANS:
+        as_bool(field, answers[field])
+    if answers["pure_bf16"] != "no" and answers["mixed_precision"] != "bf16":
+        raise AnswerError("pure_bf16", answers["pure_bf16"], "no, unless mixed_precision=bf16")
 
 
 def main():

@@ -101,6 +101,8 @@ def test_defaults_are_accepted(hook, answers):
         ("learning_rate", "True"),
         ("variants", "all"),
         ("mixed_precision", "fp16"),
+        ("pure_bf16", "yes"),  # a choice now, not the old yes/no downcast_bf16
+        ("pure_bf16", True),
         ("parallelism", "ddp"),
         ("shared_model", "maybe"),
         ("project_name", ""),
@@ -118,10 +120,16 @@ def test_bad_answer_is_refused_naming_the_field(hook, answers, field, value):
         hook.validate({**answers, field: value})
 
 
-def test_downcast_needs_bf16(hook, answers):
-    with pytest.raises(hook.AnswerError, match="^downcast_bf16=.*mixed_precision=bf16"):
-        hook.validate({**answers, "downcast_bf16": True, "mixed_precision": "no"})
-    hook.validate({**answers, "downcast_bf16": True, "mixed_precision": "bf16"})
+@pytest.mark.parametrize("pure", ["xla", "downcast", "cast"])
+def test_pure_bf16_needs_bf16(hook, answers, pure):
+    """Pure bf16 weights are a kind of bf16: with mixed_precision=no (float32 throughout) they are refused."""
+    with pytest.raises(hook.AnswerError, match=rf"^pure_bf16='{pure}' is not allowed: no, unless mixed_precision=bf16$"):
+        hook.validate({**answers, "pure_bf16": pure, "mixed_precision": "no"})
+    hook.validate({**answers, "pure_bf16": pure, "mixed_precision": "bf16"})
+
+
+def test_float32_takes_pure_bf16_no(hook, answers):
+    hook.validate({**answers, "pure_bf16": "no", "mixed_precision": "no"})
 
 
 @pytest.mark.parametrize(
@@ -167,14 +175,17 @@ def test_bake_refuses_bad_answer_and_writes_nothing(tmp_path, capfd, field, valu
     assert snapshot(output) == {}
 
 
-def test_bake_refuses_downcast_without_bf16(tmp_path, capfd):
+@pytest.mark.parametrize("pure", ["xla", "downcast", "cast"])
+def test_bake_refuses_pure_bf16_without_bf16(tmp_path, capfd, pure):
+    """One line naming the answer and the rule, and no half-made project."""
     output = tmp_path / "out"
     with pytest.raises(FailedHookException):
         cookiecutter(
             str(TEMPLATE), no_input=True, output_dir=str(output),
-            extra_context={"mixed_precision": "no", "downcast_bf16": "yes"},
+            extra_context={"mixed_precision": "no", "pure_bf16": pure},
         )
-    assert "ERROR: downcast_bf16=True is not allowed" in capfd.readouterr().err
+    errors = [line for line in capfd.readouterr().err.splitlines() if line.startswith("ERROR:")]
+    assert errors == [f"ERROR: pure_bf16='{pure}' is not allowed: no, unless mixed_precision=bf16"]
     assert snapshot(output) == {}
 
 
@@ -183,6 +194,7 @@ def test_bake_refuses_downcast_without_bf16(tmp_path, capfd):
     [
         ("variants", "all", "choices are"),
         ("mixed_precision", "fp16", "choices are"),
+        ("pure_bf16", "yes", "choices are"),
         ("parallelism", "ddp", "choices are"),
         ("include_benchmarks", "maybe", "could not be converted to a boolean"),
     ],

@@ -36,7 +36,8 @@ TASK_ONLY = {
         "data/demo-lm/train.csv", "data/demo-lm/eval.csv",
     },
 }
-UNRENDERED = re.compile(r"(?<!\$)\{\{|\{%|%\}")
+# A Jinja tag left in a baked file. `%}` right after a digit is Python's percent format (f"{share:.1%}").
+UNRENDERED = re.compile(r"(?<!\$)\{\{|\{%|(?<![0-9])%\}")
 
 COMBINATIONS = {
     "defaults": {},
@@ -45,8 +46,10 @@ COMBINATIONS = {
     "notebook-shared": {"variants": "notebook", "shared_model": True},
     "notebook-unshared": {"variants": "notebook", "shared_model": False},
     "both-unshared": {"variants": "both", "shared_model": False},
-    "fp32": {"mixed_precision": "no", "downcast_bf16": False},
-    "bf16-downcast": {"mixed_precision": "bf16", "downcast_bf16": True},
+    "fp32": {"mixed_precision": "no", "pure_bf16": "no"},
+    "pure-bf16-xla": {"mixed_precision": "bf16", "pure_bf16": "xla"},
+    "pure-bf16-downcast": {"mixed_precision": "bf16", "pure_bf16": "downcast"},
+    "pure-bf16-cast": {"mixed_precision": "bf16", "pure_bf16": "cast"},
     "no-benchmarks": {"include_benchmarks": False},
     "custom-sizes": {"train_batch_size": 32, "eval_batch_size": 64, "max_seq_length": 256, "num_processes": 4},
     "fsdp": {"parallelism": "fsdp"},
@@ -142,6 +145,26 @@ def test_answers_recorded_for_cruft(baked):
     assert context["model_name_or_path"] == expected
 
 
+def level(answers: dict) -> str:
+    """The precision level a bake's runs get by default (precision.requested_level's names)."""
+    if answers["mixed_precision"] == "no":
+        return "fp32"
+    return "bf16" if answers["pure_bf16"] == "no" else f"pure-bf16-{answers['pure_bf16']}"
+
+
+def test_precision_answers_reach_the_package_and_stay_out_of_accelerates_configs(baked):
+    """The baked answers are the script's defaults; the Accelerate configs say "no" so that the TPU launcher
+    sets no XLA_USE_BF16 of its own (which the script would read as a request for pure bf16)."""
+    answers, project = baked
+    chosen = {"mixed_precision": "bf16", "pure_bf16": "no", **answers}
+    source = (project / "tpu_text_classifier" / "precision.py").read_text()
+    assert f"BAKED_MIXED_PRECISION = {json.dumps(chosen['mixed_precision'])}\n" in source
+    assert f"BAKED_PURE_BF16 = {json.dumps(chosen['pure_bf16'])}\n" in source
+    for config in (project / "configs").glob("*.yaml"):
+        settings = yaml.safe_load(config.read_text())
+        assert settings["mixed_precision"] == "no" and settings["downcast_bf16"] is False, config.name
+
+
 ENTRY_POINTS = {
     "both": "`train.py` script and `train_on_tpu.ipynb` notebook",
     "script": "`train.py` script only",
@@ -151,7 +174,7 @@ ENTRY_POINTS = {
 
 def test_readme_names_the_chosen_options(baked):
     answers, project = baked
-    chosen = {**{"variants": "both", "shared_model": True, "mixed_precision": "bf16", "downcast_bf16": False,
+    chosen = {**{"variants": "both", "shared_model": True, "mixed_precision": "bf16", "pure_bf16": "no",
                  "train_batch_size": 16, "max_seq_length": 128, "num_processes": 8, "parallelism": "data",
                  "task": "text-classification"}, **answers}
     chosen.setdefault("eval_batch_size", chosen["train_batch_size"])
@@ -164,7 +187,7 @@ def test_readme_names_the_chosen_options(baked):
     assert rows["entry points"].startswith(ENTRY_POINTS[chosen["variants"]])
     assert rows["shared model"].startswith("yes" if chosen["shared_model"] else "no")
     assert rows["mixed precision"] == f"`{chosen['mixed_precision']}`"
-    assert rows["downcast_bf16"].startswith("`yes`" if chosen["downcast_bf16"] else "`no`")
+    assert rows["pure_bf16"].startswith(f"`{chosen['pure_bf16']}` (so the default level is **{level(chosen)}**)")
     assert rows["parallelism"].startswith(f"`{chosen['parallelism']}`")
     assert rows["train batch size (per chip)"] == str(chosen["train_batch_size"])
     assert rows["eval batch size (per chip)"] == str(chosen["eval_batch_size"])

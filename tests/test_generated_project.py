@@ -37,7 +37,7 @@ def test_notebook_runs_with_the_model_built_in_each_process(bake):
     "answers",
     [
         {"variants": "script", "include_benchmarks": False, "mixed_precision": "no"},
-        {"variants": "notebook", "downcast_bf16": True},
+        {"variants": "notebook", "pure_bf16": "downcast"},
     ],
     ids=["script-only", "notebook-only"],
 )

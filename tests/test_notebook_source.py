@@ -28,7 +28,10 @@ def cell(notebook, cell_id: str) -> str:
 
 @pytest.mark.parametrize(
     "answers",
-    [{"shared_model": True}, {"shared_model": False, "variants": "notebook", "include_benchmarks": False}],
+    [
+        {"shared_model": True},
+        {"shared_model": False, "variants": "notebook", "include_benchmarks": False, "pure_bf16": "cast"},
+    ],
     ids=["shared-model", "model-per-process-notebook-only"],
 )
 def test_baked_notebook_is_valid_and_follows_the_answers(bake, answers):
@@ -50,5 +53,8 @@ def test_baked_notebook_is_valid_and_follows_the_answers(bake, answers):
     intro = cell(notebook, "intro")
     assert ("train.py" in intro) == (answers.get("variants", "both") != "notebook")
     assert ("benchmarks/" in text) == answers.get("include_benchmarks", True)
+    precision = cell(notebook, "config-why")
+    assert f'`mixed_precision="bf16"`, `pure_bf16="{answers.get("pure_bf16", "no")}"`):' in precision
+    assert "kahan_summation=True" in precision
     version = template_defaults()["_torch_version"]
     assert f'"torch=={version}" "torch_xla[tpu]=={version}"' in cell(notebook, "install")

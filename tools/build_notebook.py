@@ -7,7 +7,7 @@ Each cell's source is written as one JSON string (not split into lines), so the 
 Jinja tags inside a cell change only the text of that string and the rendered file
 stays valid JSON. Only safe values go through Jinja: the package name (a validated
 identifier), the torch pin and the choices (`shared_model`, `variants`,
-`include_benchmarks`). Jinja tags must not contain double quotes (JSON would escape them).
+`include_benchmarks`, `task`, `mixed_precision`, `pure_bf16`). Jinja tags must not contain double quotes (JSON would escape them).
 """
 
 import sys
@@ -95,6 +95,20 @@ sequence length, epochs, precision); change a field here, for example `TrainConf
 The tests shrink the run through `NOTEBOOK_OVERRIDES`, a JSON object in the environment; you can
 ignore it.
 
+**Precision**, by what is stored and what is lost (this project's defaults:
+`mixed_precision="{{ cookiecutter.mixed_precision }}"`, `pure_bf16="{{ cookiecutter.pure_bf16 }}"`):
+
+- `mixed_precision="bf16"`, `pure_bf16="no"` (the template's default): weights, gradients and AdamW's
+  moments float32, the forward under `torch.autocast`, so matmuls run in bf16. Every update is kept;
+  the state takes as many bytes as float32.
+- `mixed_precision="no"`: float32 throughout. Nothing lost, full bytes, slowest matmuls.
+- `pure_bf16="xla"` (`XLA_USE_BF16`), `"downcast"` (`XLA_DOWNCAST_BF16`) or `"cast"`
+  (`model.to(torch.bfloat16)`): weights, gradients and optimizer state in bf16, half the bytes. An
+  AdamW update smaller than half a bf16 spacing of its weight rounds away: at learning rate 2e-5,
+  every weight of magnitude 0.0078 or more (computed from bf16's 8 significant bits), most of a
+  pretrained model. Such a run prints the fraction of weights at risk; `kahan_summation=True` keeps
+  those updates for one more weight-sized bf16 buffer.
+
 **How many processes to expect.** On a Colab or Kaggle TPU runtime, torch_xla starts **one process
 per TPU chip** and ignores `num_processes`: Colab's TPU runtime is now a v5e-1 (one chip, one
 process), Kaggle's a v5e-8 (eight chips, eight processes). The "8 processes" in older guides is the
@@ -111,7 +125,8 @@ launch_options = {
 config = TrainConfig(**overrides)
 # Decided once here, not probed again in every process: the offline demo, or the hub model and data.
 config.demo = wants_demo(config)
-# The launcher passes its own precision to forked workers: give it the one the function will use.
+# The launcher tells forked workers a precision, which the function reads where the config leaves it open:
+# give it the one this config asks for (a bad combination stops here, before anything is launched).
 launch_options["mixed_precision"] = accelerate_mixed_precision(requested_level(config))
 print(config)
 print(launch_options)"""
@@ -192,8 +207,8 @@ else:
 
 REPORT_WHY = """## 6. The report
 
-The main process wrote the training report ({{ 'perplexity' if cookiecutter.task == 'causal-lm' else 'accuracy' }}, throughput, XLA compilations, precision
-actually used) as JSON next to the checkpoints.
+The main process wrote the training report ({{ 'perplexity' if cookiecutter.task == 'causal-lm' else 'accuracy' }}, throughput, XLA compilations, the
+precision level used and what it stored in which type) as JSON next to the checkpoints.
 """
 
 REPORT = """report = json.loads(config.report_path.read_text())

@@ -1,4 +1,4 @@
-"""The one figure of the benchmark results: graphs per batching choice and per loop, precision, shared-model memory.
+"""The one figure of the benchmark results: graphs per batching choice and per loop, precision, fine-tuning, memory.
 
 Drawn with matplotlib (headless: the Agg backend); reports.py writes it as results.png.
 """
@@ -20,7 +20,7 @@ def _bar_panel(axis, labels, values, title, unit, marked=()):
 
 
 def plot(records, path: Path) -> Path:
-    """One figure: graphs per batching choice and per loop, precision, and shared-model memory.
+    """One figure: graphs per batching choice and per loop, precision, fine-tuning updates kept, shared-model memory.
 
     A panel appears only when its benchmarks ran; nothing that is constant across its rows is drawn.
     """
@@ -57,6 +57,14 @@ def plot(records, path: Path) -> Path:
             values = [(r.extra_info.get(key) or 0) * scale for r in precision]
             if len(set(values)) > 1:  # no chart of a constant
                 panels.append(lambda axis, v=values, t=title, u=unit: _bar_panel(axis, modes, v, f"precision: {t}", u))
+    tuned = ok.get("precision: fine-tuning", [])
+    if tuned:
+        marked = [i for i, r in enumerate(tuned) if r.extra_info.get("level") == "bf16"]  # the default
+        rate = tuned[0].extra_info.get("learning_rate")
+        title = f"fine-tuning{f' at {rate:g}' if rate else ''}: linear-weight elements changed (default in orange)"
+        panels.append(lambda axis: _bar_panel(
+            axis, [r.extra_info.get("level", r.name) for r in tuned], [r.extra_info.get("fraction_changed") or 0 for r in tuned],
+            title, "fraction of elements", marked))
     memory = ok.get("shared-model-memory", [])
     if memory:
         def memory_panel(axis):

@@ -2,8 +2,8 @@
 
 A mode is only timed when its graph holds what it promises: the float32/float64
 probe of `precision.lowered_types` must match `precision.PROMISED_TYPES` for the
-XLA variables the mode sets, and every matrix multiply of the training step must
-run in the mode's compute type. A flag that never reaches the graph (set too late,
+precision level whose XLA variables the mode sets, and every matrix multiply of the
+training step must run in the mode's compute type. A flag that never reaches the graph (set too late,
 ignored by a newer torch_xla, or by an XLA device that does not honour it) is
 therefore reported as failed instead of being timed as if it worked.
 """
@@ -23,7 +23,7 @@ BYTES_PER_ELEMENT = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "s64": 8, "s32": 4
 @dataclass(frozen=True)
 class Mode:
     name: str
-    xla_level: str  # the precision level whose XLA variables the mode's process sets
+    xla_level: str  # the precision level (precision.PROMISED_TYPES) whose XLA variables the mode's process sets
     compute_type: str  # what every matmul of the step must run in
     cast_model: bool = False
     autocast: bool = False
@@ -33,11 +33,12 @@ class Mode:
 MODES = {
     mode.name: mode
     for mode in (
+        # The modes are the project's precision levels, each named by how it is realised.
         Mode("fp32", "fp32", "f32", how="nothing set"),
-        Mode("xla-use-bf16", "bf16", "bf16", how="XLA_USE_BF16=1"),
-        Mode("xla-downcast-bf16", "bf16+downcast", "bf16", how="XLA_DOWNCAST_BF16=1"),
-        Mode("model-cast", "fp32", "bf16", cast_model=True, how="model.to(torch.bfloat16)"),
-        Mode("autocast", "fp32", "bf16", autocast=True, how='torch.autocast("xla", dtype=torch.bfloat16)'),
+        Mode("xla-use-bf16", "pure-bf16-xla", "bf16", how="XLA_USE_BF16=1"),
+        Mode("xla-downcast-bf16", "pure-bf16-downcast", "bf16", how="XLA_DOWNCAST_BF16=1"),
+        Mode("model-cast", "pure-bf16-cast", "bf16", cast_model=True, how="model.to(torch.bfloat16)"),
+        Mode("autocast", "bf16", "bf16", autocast=True, how='torch.autocast("xla", dtype=torch.bfloat16)'),
     )
 }
 
@@ -52,10 +53,14 @@ def matmul_types(ir_text: str) -> dict[str, int]:
     return dict(counts)
 
 
-def check(mode: Mode, probe: tuple[str, str], matmuls: dict[str, int]) -> str | None:
-    """None when the graph holds what the mode promises, else why not."""
+def check(mode: Mode, probe: tuple[str, ...], matmuls: dict[str, int]) -> str | None:
+    """None when the graph holds what the mode promises, else why not.
+
+    `probe` starts with what a float32 and a float64 tensor lower to (precision.lowered_types adds the type of
+    a matmul under autocast, which the step's own matmuls check here).
+    """
     promised_probe = PROMISED_TYPES[mode.xla_level]
-    if tuple(probe) != promised_probe:
+    if tuple(probe[:2]) != promised_probe:
         return (
             f"{mode.how}: float32/float64 lower to {probe[0]}/{probe[1]}, "
             f"expected {promised_probe[0]}/{promised_probe[1]}"
@@ -69,7 +74,7 @@ def check(mode: Mode, probe: tuple[str, str], matmuls: dict[str, int]) -> str | 
     return None
 
 
-def describe(probe: tuple[str, str], matmuls: dict[str, int]) -> str:
+def describe(probe: tuple[str, ...], matmuls: dict[str, int]) -> str:
     kinds = "+".join(f"{kind}x{count}" for kind, count in sorted(matmuls.items())) or "none"
     return f"f32->{probe[0]}, f64->{probe[1]}, matmuls {kinds}"
 

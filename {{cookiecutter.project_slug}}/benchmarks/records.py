@@ -51,8 +51,9 @@ def format_value(key: str, value) -> str:
         return "n/a"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if key.endswith("_bytes") and isinstance(value, (int, float)):
-        return f"{value / 2**20:.1f} MiB"
+    if key.endswith(("_bytes", "_bytes_per_device")) and isinstance(value, (int, float)):
+        # The demo's whole training state is about a MiB: two decimals below one, so that levels still differ in print.
+        return f"{value / 2**20:.1f} MiB" if value >= 2**20 else f"{value / 2**20:.2f} MiB"
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value).replace("|", "\\|").replace("\n", " ")

@@ -123,8 +123,7 @@ def run_training(tmp_path):
 
 PRECISION_FLAGS = {
     "fp32": ["--mixed_precision", "no"],
-    "bf16": ["--mixed_precision", "bf16", "--downcast_bf16", "false"],
-    "bf16+downcast": ["--mixed_precision", "bf16", "--downcast_bf16", "true"],
+    "bf16": ["--mixed_precision", "bf16", "--pure_bf16", "no"],  # the default: bf16 compute, float32 weights
 }
 
 
@@ -264,17 +263,7 @@ def spmd_env(devices: int) -> dict:
 
 
 def evaluate_on_cpu(model, tokenizer, eval_examples, max_seq_length: int) -> dict:
-    """The task's eval metrics of `model` on the plain CPU, with the project's own eval step and batching."""
-    import torch
+    """The task's eval metrics of `model` on the plain CPU in float32 (the package's host evaluation)."""
+    from {{ cookiecutter.project_slug }}.host_evaluation import evaluate_on_host
 
-    from {{ cookiecutter.project_slug }} import batching
-    from {{ cookiecutter.project_slug }}.tasks import task
-
-    collator = task.make_collator(tokenizer, "fixed", max_seq_length)
-    counts, loss_sum = torch.zeros(len(task.COUNTS), dtype=torch.int64), torch.zeros(())
-    for batch in batching.eval_loader(eval_examples, collator, 16, 1):
-        valid = batch.pop(batching.VALID)
-        with torch.no_grad():
-            batch_counts, batch_loss = task.eval_batch(model.eval(), batch, valid, torch.float32)
-        counts, loss_sum = counts + batch_counts, loss_sum + batch_loss
-    return task.metrics(dict(zip(task.COUNTS, counts.tolist(), strict=True)), loss_sum.item())
+    return evaluate_on_host(model, tokenizer, eval_examples, max_seq_length)

@@ -1,4 +1,5 @@
-"""The benchmark suite's own logic: grid, profiles, element-type check, counters, isolation, reports, memory.
+"""The benchmark suite's own logic: grid, profiles, element-type check, counters, isolation, fine-tuning
+comparison, reports, memory.
 
 Cheap on purpose: only the tests marked xla touch an XLA device, each in a child process for a few seconds.
 """
@@ -12,11 +13,12 @@ from itertools import product
 
 import pytest
 
-from benchmarks import graph_types, grid, isolation, profiles, reports
+from benchmarks import graph_types, grid, isolation, measure_finetuning, profiles, reports
 from benchmarks.records import Record
 from {{ cookiecutter.project_slug }} import memory
 from {{ cookiecutter.project_slug }}.batching import LAST_BATCH_POLICIES
 from {{ cookiecutter.project_slug }}.config import PADDING_MODES
+from {{ cookiecutter.project_slug }}.precision import PROMISED_TYPES
 
 EVAL_SET_SIZE = 120  # data/demo/eval.csv
 
@@ -97,8 +99,15 @@ def test_matmul_types_reads_torch_xla_ir_text():
     assert graph_types.matmul_types(IR_BF16.replace("bf16", "f32")) == {"f32": 3}
 
 
+def test_every_precision_level_is_a_mode():
+    assert sorted(mode.xla_level for mode in graph_types.MODES.values()) == sorted(PROMISED_TYPES)
+
+
 def test_check_accepts_a_mode_whose_graph_keeps_its_promise():
     assert graph_types.check(graph_types.MODES["autocast"], ("f32", "f64"), {"bf16": 54}) is None
+    # precision.lowered_types adds the type of a matmul under autocast; the step's own matmuls are checked instead.
+    assert graph_types.check(graph_types.MODES["autocast"], ("f32", "f64", "bf16"), {"bf16": 54}) is None
+    assert graph_types.check(graph_types.MODES["xla-use-bf16"], ("bf16", "bf16", "bf16"), {"bf16": 54}) is None
     assert graph_types.check(graph_types.MODES["xla-downcast-bf16"], ("bf16", "f32"), {"bf16": 54}) is None
     assert graph_types.check(graph_types.MODES["fp32"], ("f32", "f64"), {"f32": 54}) is None
 
@@ -188,6 +197,58 @@ def test_a_precision_that_does_not_reach_the_graph_is_reported_failed_and_not_ti
     assert "step_median_s" not in result and "compilations" not in result
 
 
+def affinity():
+    return sorted(os.sched_getaffinity(0))
+
+
+def test_runs_answer_in_order_of_asking_and_a_failure_stays_with_its_call():
+    runs = isolation.Runs({"first": (affinity,), "broken": (raise_in_child,), "last": (affinity,)}, at_once=2)
+    assert runs.result("last")  # asked for before the others: the calls before it are collected on the way
+    with pytest.raises(isolation.ChildFailed, match="broken on purpose"):
+        runs.result("broken")
+    first, last = runs.result("first"), runs.result("last")
+    shares = isolation.cpu_shares(2)
+    assert first in shares and last in shares  # each child pinned to one share of the CPUs
+    if len(shares) == 2:
+        assert not set(shares[0]) & set(shares[1])
+    with pytest.raises(KeyError):
+        runs.result("never asked")
+
+
+# The fine-tuning comparison ------------------------------------------------------------------
+
+def test_updates_are_counted_where_the_level_stores_its_weights():
+    import torch
+
+    start = {"w": torch.tensor([[1.0, 1.001], [0.5, 0.001]])}
+    # What bf16 weights start from: 1.001 rounds to 1.0 there, which is no update.
+    rounded = {"w": start["w"].to(torch.bfloat16)}
+    assert measure_finetuning.compare_weights(start, rounded, rounded_to_bf16=True)["fraction_changed"] == 0
+    assert measure_finetuning.compare_weights(start, rounded, rounded_to_bf16=False)["fraction_changed"] > 0
+    moved = {"w": torch.tensor([[1.0, 1.001], [0.5, 0.002]])}
+    found = measure_finetuning.compare_weights(start, moved, rounded_to_bf16=False)
+    assert found["fraction_changed"] == 0.25 and found["weight_elements"] == 4
+    assert found["update_norm"] == pytest.approx(0.001, rel=1e-3)
+
+
+def test_only_linear_layers_count_as_weight_matrices():
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+    assert list(measure_finetuning.linear_weights(model)) == ["1.weight"]
+
+
+def test_every_level_is_a_choice_train_py_accepts():
+    from {{ cookiecutter.project_slug }}.config import TrainConfig
+    from {{ cookiecutter.project_slug }}.precision import requested_level
+
+    for level, options in measure_finetuning.LEVELS.items():
+        assert requested_level(TrainConfig(**options)) == level.removesuffix("+kahan")
+    config = measure_finetuning.fine_tune_config("bf16", profiles.choose("quick"), "pretrained", "outputs")
+    assert config.learning_rate == measure_finetuning.FINE_TUNING_RATE["text-classification"]
+    assert config.demo is False and config.model_name_or_path == "pretrained" and config.train_file
+
+
 # Reports --------------------------------------------------------------------------------------
 
 def records():
@@ -242,8 +303,22 @@ def test_readme_view_keeps_at_most_eight_columns_and_lists_the_loop_differences(
     assert "shared model memory" not in text  # a group without a view stays in results.md only
 
 
+def test_fine_tuning_view_shows_the_task_metric_it_has_in_eight_columns():
+    rows = [Record("precision: fine-tuning", level, "passed", 1.0, {
+        "level": level, "learning_rate": 2e-5, "fraction_changed": changed, "update_norm_vs_fp32": 1.0,
+        "eval_accuracy": 0.98, "eval_loss_gap_to_host": 1e-8, "state_bytes_per_device": 494604, "steady_step_s": 0.1,
+        "compilations": 3, "run_s": 9.0,
+    }) for level, changed in (("fp32", 1.0), ("bf16", 1.0), ("pure-bf16-xla", 0.27))]
+    text = reports.view_markdown(rows, "Benchmark results")
+    (header,) = [line for line in text.splitlines() if line.startswith("| benchmark")]
+    assert header == ("| benchmark | fraction_changed | update_norm_vs_fp32 | eval_accuracy | eval_loss_gap_to_host | "
+                      "state_bytes_per_device | steady_step_s | compilations |")
+    assert "| pure-bf16-xla | 0.27 | 1 | 0.98 | 1e-08 | 0.47 MiB | 0.1 | 3 |" in text
+
+
 def test_write_produces_the_table_and_a_png(tmp_path):
-    written = reports.write(records(), tmp_path / "results", "Benchmark results")
+    tuned = Record("precision: fine-tuning", "bf16", "passed", 1.0, {"level": "bf16", "fraction_changed": 1.0})
+    written = reports.write([*records(), tuned], tmp_path / "results", "Benchmark results")
     assert written["table"].read_text().startswith("# Benchmark results")
     assert written["summary"].read_text().startswith("# Benchmark results")
     assert written["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -14,7 +14,7 @@ BOOLEAN_OPTIONS = [field.name for field in dataclasses.fields(TrainConfig) if fi
 
 def test_the_boolean_options_are_the_expected_ones():
     assert sorted(BOOLEAN_OPTIONS) == [
-        "checkpoint", "compilation_cache", "demo", "downcast_bf16", "export", "gradient_checkpointing", "resume",
+        "checkpoint", "compilation_cache", "demo", "export", "gradient_checkpointing", "kahan_summation", "resume",
         "watch_compilations",
     ]
 

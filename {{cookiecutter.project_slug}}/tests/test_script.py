@@ -7,8 +7,11 @@ from conftest import run
 
 def test_help_lists_the_options():
     result = run([sys.executable, "train.py", "--help"])
-    for option in ("--model_name_or_path", "--mixed_precision", "--downcast_bf16", "--eval_batch_size", "--resume"):
+    for option in (
+        "--model_name_or_path", "--mixed_precision", "--pure_bf16", "--kahan_summation", "--eval_batch_size", "--resume",
+    ):
         assert option in result.stdout
+    assert "--downcast_bf16" not in result.stdout  # replaced by --pure_bf16 downcast
 
 
 def test_bad_flag_value_is_one_clear_line():

@@ -54,7 +54,7 @@ def test_plain_cpu_without_torch_xla(run_training, level):
     assert report["xla_compilations"] is None
     assert report["compile_seconds"] is None
     assert report["eval_examples_counted"] == EVAL_SET_SIZE
-    # Off XLA, bf16 is torch.autocast: the report reads it from the prepared model.
+    # Off XLA, bf16 is torch.autocast on the CPU, as on XLA.
     assert report["precision"]["autocast"] is (level == "bf16")
     if level == "bf16":
-        assert report["precision"]["via"] == "torch.autocast(cpu, bfloat16)"
+        assert report["precision"]["via"] == "torch.autocast(cpu, bfloat16) around the forward"

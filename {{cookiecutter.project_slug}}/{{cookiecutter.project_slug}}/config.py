@@ -89,12 +89,21 @@ class TrainConfig:
     seed: int = 42
     mixed_precision: str | None = field(
         default=None,
-        metadata={"help": "bf16 or no. Default: accelerate launch's setting, else {{ cookiecutter.mixed_precision }}."},
+        metadata={"help": "bf16 (bf16 compute; weights as --pure_bf16 says) or no (float32 throughout). "
+                          "Default: accelerate launch's setting, else {{ cookiecutter.mixed_precision }}."},
     )
-    downcast_bf16: bool | None = switch(
-        None,
-        "With bf16: float becomes bf16 but double becomes float32 (XLA_DOWNCAST_BF16). "
-        "Default: accelerate launch's setting, else {{ 'yes' if cookiecutter.downcast_bf16 else 'no' }}.",
+    pure_bf16: str | None = field(
+        default=None,
+        metadata={"help": "With bf16, where weights, gradients and optimizer state live: no = float32 (every "
+                          "update kept; matmuls in bf16 under torch.autocast); xla = XLA_USE_BF16, downcast = "
+                          "XLA_DOWNCAST_BF16 (float64 kept as float32), cast = model.to(torch.bfloat16): half "
+                          "the bytes, but AdamW updates below half a bf16 step of their weight round away "
+                          "(most of them at a fine-tuning learning rate) unless --kahan_summation. "
+                          "Default: accelerate launch's setting, else {{ cookiecutter.pure_bf16 }}."},
+    )
+    kahan_summation: bool = switch(
+        False, "With pure bf16 weights: keep the part of each update that rounding drops (optimi's AdamW, "
+        "one more weight-sized bf16 buffer)."
     )
     output_dir: str = field(default="outputs", metadata={"help": "Checkpoints, compilation cache and report."})
     report: str | None = field(default=None, metadata={"help": "Report JSON path (default: OUTPUT_DIR/report.json)."})
@@ -167,8 +176,10 @@ class TrainConfig:
             raise ConfigError(f"learning_rate={self.learning_rate!r}: must be a positive number")
         if self.mixed_precision not in (None, "bf16", "no"):
             raise ConfigError(f"mixed_precision={self.mixed_precision!r}: must be bf16 or no (TPUs do not take fp16)")
-        if self.downcast_bf16 and self.mixed_precision == "no":
-            raise ConfigError("downcast_bf16=True needs mixed_precision=bf16 (Accelerate's rule)")
+        if self.pure_bf16 not in (None, "no", "xla", "downcast", "cast"):
+            raise ConfigError(f"pure_bf16={self.pure_bf16!r}: must be one of no, xla, downcast, cast")
+        if self.pure_bf16 not in (None, "no") and self.mixed_precision == "no":
+            raise ConfigError(f"pure_bf16={self.pure_bf16!r} needs mixed_precision=bf16 (float32 was asked for)")
         if self.parallelism not in PARALLELISMS:
             raise ConfigError(f"parallelism={self.parallelism!r}: must be one of {', '.join(PARALLELISMS)}")
         if self.fsdp_layer_class and self.parallelism != "fsdp":

@@ -1,20 +1,27 @@
-"""The precision policy: which bf16 level was asked for, how it is realised, and proof that it was.
+"""The precision policy: which level was asked for, how it is realised, and proof that it was.
 
-Levels (the guide's two, plus none):
-  fp32           everything float32
-  bf16           XLA_USE_BF16: float32 and float64 both become bf16 on the device
-  bf16+downcast  XLA_DOWNCAST_BF16: float32 becomes bf16, float64 becomes float32,
-                 so code that asks for float64 (metrics, logged losses) gets real float32
+Levels, by what the device stores and what is lost:
+  fp32                everything float32. Nothing lost; full bytes, slowest matmuls.
+  bf16 (the default)  weights, gradients and AdamW's moments float32; the forward runs under
+                      torch.autocast(bfloat16), so matmuls compute in bf16. Every update is kept.
+  pure-bf16-xla       the guide's XLA_USE_BF16: every float32 and float64 is bf16 on the device.
+  pure-bf16-downcast  the guide's XLA_DOWNCAST_BF16: float32 is bf16, float64 becomes float32.
+  pure-bf16-cast      model.to(torch.bfloat16), what torch_xla now asks for instead of the two variables.
+The pure levels store weights and optimizer state in half the bytes, and lose every AdamW update smaller
+than half a bf16 step of its weight (bf16 has 8 significant bits): at a fine-tuning learning rate, most of
+them (bf16_updates.py measures how many, and --kahan_summation keeps them).
 
-The XLA variables are read once per process, when the first tensor reaches the
-device, so they are set before that and then checked in a lowered graph. Accelerate
-sets them only on TPUs and has no `downcast_bf16` argument; this module does both
-jobs on every XLA device and keeps Accelerate's own view consistent.
+The XLA variables are read once per process, when the first tensor reaches the device, so they are set
+before that and then checked in a lowered graph. Accelerate gets mixed_precision="no" on every level: on a
+TPU its bf16 would set XLA_USE_BF16 itself (the pure level), and on XLA:CPU it would autocast where a TPU
+does not; the project applies its own autocast at one spot (`apply_to_model`) on every device.
 """
 
+import functools
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from types import MethodType
 
 import torch
 
@@ -22,24 +29,40 @@ from .config import ConfigError, TrainConfig
 from .devices import uses_xla
 
 BAKED_MIXED_PRECISION = {{ cookiecutter.mixed_precision | tojson }}
-BAKED_DOWNCAST_BF16 = {{ cookiecutter.downcast_bf16 }}
+BAKED_PURE_BF16 = {{ cookiecutter.pure_bf16 | tojson }}
+PURE_CHOICES = ("no", "xla", "downcast", "cast")
 
-# What each level must do to a float32 and a float64 tensor on an XLA device.
+# What a float32 and a float64 tensor must lower to on an XLA device, for the XLA variables each level sets.
 PROMISED_TYPES = {
     "fp32": ("f32", "f64"),
-    "bf16": ("bf16", "bf16"),
-    "bf16+downcast": ("bf16", "f32"),
+    "bf16": ("f32", "f64"),
+    "pure-bf16-xla": ("bf16", "bf16"),
+    "pure-bf16-downcast": ("bf16", "f32"),
+    "pure-bf16-cast": ("f32", "f64"),
 }
+XLA_OFF = {"XLA_USE_BF16": "0", "XLA_DOWNCAST_BF16": "0"}
 XLA_VARIABLES = {
-    "fp32": {"XLA_USE_BF16": "0", "XLA_DOWNCAST_BF16": "0"},
-    "bf16": {"XLA_USE_BF16": "1", "XLA_DOWNCAST_BF16": "0"},
-    "bf16+downcast": {"XLA_USE_BF16": "0", "XLA_DOWNCAST_BF16": "1"},
+    **{level: XLA_OFF for level in PROMISED_TYPES},
+    "pure-bf16-xla": {"XLA_USE_BF16": "1", "XLA_DOWNCAST_BF16": "0"},
+    "pure-bf16-downcast": {"XLA_USE_BF16": "0", "XLA_DOWNCAST_BF16": "1"},
+}
+# What each level keeps in which type: the report's `stored`.
+STORED = {
+    "fp32": {"weights": "float32", "gradients": "float32", "optimizer state": "float32", "compute": "float32"},
+    "bf16": {"weights": "float32", "gradients": "float32", "optimizer state": "float32",
+             "compute": "bf16 matmuls (torch.autocast); softmax, norms and losses in float32"},
+    "pure-bf16-xla": {"weights": "bf16", "gradients": "bf16", "optimizer state": "bf16",
+                      "compute": "bf16, float64 too (XLA_USE_BF16)"},
+    "pure-bf16-downcast": {"weights": "bf16", "gradients": "bf16", "optimizer state": "bf16",
+                           "compute": "bf16; float64 as float32 (XLA_DOWNCAST_BF16)"},
+    "pure-bf16-cast": {"weights": "bf16", "gradients": "bf16", "optimizer state": "bf16",
+                       "compute": "bf16; what the model upcasts itself stays float32"},
 }
 TRUE_WORDS = ("1", "true", "yes")
 
 
 class PrecisionUnavailable(RuntimeError):
-    """bf16 was asked for and nothing on this machine can deliver it."""
+    """A level was asked for and nothing on this machine can deliver it."""
 
 
 @dataclass
@@ -48,19 +71,28 @@ class PrecisionReport:
     effective: str
     via: str
     verified: str
-    # Whether the prepared model's forward runs under torch.autocast (read from the model after prepare).
-    autocast: bool | None = None
+    autocast: bool = False  # the forward runs under torch.autocast(bfloat16)
+    kahan_summation: bool = False  # the optimizer keeps the rounded-away part of each update (optimi)
+    stored: dict = field(default_factory=dict)
+    # Pure levels without compensation: what the bf16 rounding takes from AdamW's updates (bf16_updates.py).
+    updates_at_risk: dict | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def _launcher_request() -> tuple[str, bool] | None:
-    """What `accelerate launch` asked for on a TPU, where it sets only the XLA variables."""
-    if os.environ.get("XLA_DOWNCAST_BF16") == "1":
-        return "bf16", True
+def _launcher_request() -> str | None:
+    """The pure level a launcher or the user's environment asked for with the guide's variables.
+
+    On a TPU `accelerate launch` with mixed_precision bf16 sets only these (the generated configs say
+    "no" and leave the choice to the script's flags, see configs/tpu-vm.yaml).
+    """
+    if os.environ.get("XLA_DOWNCAST_BF16") == "1" or (
+        os.environ.get("ACCELERATE_DOWNCAST_BF16", "").strip().lower() in TRUE_WORDS
+    ):
+        return "downcast"
     if os.environ.get("XLA_USE_BF16") == "1":
-        return "bf16", False
+        return "xla"
     return None
 
 
@@ -70,108 +102,129 @@ def requested_level(config: TrainConfig) -> str:
     mixed = (
         config.mixed_precision
         or os.environ.get("ACCELERATE_MIXED_PRECISION")
-        or (launcher[0] if launcher else BAKED_MIXED_PRECISION)
+        or ("bf16" if launcher else BAKED_MIXED_PRECISION)
     )
-    if config.downcast_bf16 is not None:
-        downcast = config.downcast_bf16
-    elif "ACCELERATE_DOWNCAST_BF16" in os.environ:
-        downcast = os.environ["ACCELERATE_DOWNCAST_BF16"].strip().lower() in TRUE_WORDS
-    elif launcher:
-        downcast = launcher[1] and mixed == "bf16"
-    else:
-        downcast = BAKED_DOWNCAST_BF16 and mixed == "bf16"
     if mixed not in ("bf16", "no"):
         raise ConfigError(f"mixed_precision={mixed!r}: must be bf16 or no (TPUs do not take fp16)")
-    if downcast and mixed != "bf16":
-        raise ConfigError("downcast_bf16 needs mixed_precision=bf16 (Accelerate's rule)")
-    if mixed == "no":
-        return "fp32"
-    return "bf16+downcast" if downcast else "bf16"
+    pure = config.pure_bf16 or launcher or (BAKED_PURE_BF16 if mixed == "bf16" else "no")
+    if pure not in PURE_CHOICES:
+        raise ConfigError(f"pure_bf16={pure!r}: must be one of {', '.join(PURE_CHOICES)}")
+    if mixed == "no" and pure != "no" and (config.pure_bf16 or config.mixed_precision is None):
+        raise ConfigError(f"pure_bf16={pure!r} needs mixed_precision=bf16 (float32 was asked for)")
+    level = "fp32" if mixed == "no" else ("bf16" if pure == "no" else f"pure-bf16-{pure}")
+    if config.kahan_summation and not level.startswith("pure-"):
+        raise ConfigError(
+            f"kahan_summation=True: only with pure bf16 weights (--pure_bf16 xla, downcast or cast); "
+            f"the {level} level keeps float32 weights, which keep every update already"
+        )
+    return level
 
 
 def accelerate_mixed_precision(level: str) -> str:
+    """What a launcher is told (notebook_launcher passes it to its workers as ACCELERATE_MIXED_PRECISION).
+
+    Only the script's Accelerator ignores it: it always gets "no", and the level is applied here.
+    """
     return "no" if level == "fp32" else "bf16"
 
 
 def set_xla_variables(level: str) -> None:
     """Ask torch_xla for the level; must run before the first tensor reaches an XLA device."""
     os.environ.update(XLA_VARIABLES[level])
-    # Accelerate's own switch, so that its TPU code path sets the same variables.
-    if level == "bf16+downcast":
-        os.environ["ACCELERATE_DOWNCAST_BF16"] = "true"
-    else:
-        os.environ.pop("ACCELERATE_DOWNCAST_BF16", None)
+    # Accelerate's own switch, so that nothing in Accelerate asks for the downcast level on its own.
+    os.environ.pop("ACCELERATE_DOWNCAST_BF16", None)
 
 
-def lowered_types(device) -> tuple[str, str]:
-    """Element types a float32 and a float64 computation get in this process's XLA graph."""
+def lowered_types(device) -> tuple[str, str, str]:
+    """Element types of a float32 product, a float64 product and a float32 matmul under autocast in this process."""
     import torch_xla
 
     f32 = torch.ones(2, 2, dtype=torch.float32, device=device)
     f64 = torch.ones(2, dtype=torch.float64, device=device)
+    with torch.autocast("xla", dtype=torch.bfloat16):
+        autocast_product = f32 @ f32
     found = []
-    for tensor in (f32 @ f32, f64 * 3):
+    for tensor in (f32 @ f32, f64 * 3, autocast_product):
         text = torch_xla._XLAC._get_xla_tensors_text([tensor])
         root = [line for line in text.splitlines() if "ROOT=" in line]
         match = re.search(r"=\s*(bf16|f16|f32|f64)\[", root[0]) if root else None
         found.append(match.group(1) if match else "unknown")
-    return found[0], found[1]
+    return found[0], found[1], found[2]
 
 
-def describe(types: tuple[str, str]) -> str:
+def describe(types) -> str:
     return f"f32->{types[0]}, f64->{types[1]} in graph"
 
 
-def decide_autocast(accelerator) -> bool:
-    """Whether forward passes run under torch.autocast: the project decides, not Accelerate's device check.
-
-    Accelerate 1.15 sets `native_amp` for bf16 on an XLA device that is not a TPU (XLA:CPU) and wraps
-    `model.forward` in torch.autocast, but not on a TPU (`is_bf16_available(ignore_tpu=True)`). The graphs
-    tested on XLA:CPU would then not be the ones a TPU runs. On every XLA device bf16 comes from the XLA
-    variables (or a model cast) instead, so autocast is turned off here, at this one spot.
-    """
-    if uses_xla(accelerator.device):
-        accelerator.native_amp = False
-    return accelerator.native_amp
-
-
-def forward_autocast(accelerator, model) -> bool:
-    """Read from the prepared model: Accelerate keeps the unwrapped forward in `_original_forward`."""
-    return hasattr(accelerator.unwrap_model(model), "_original_forward")
-
-
-def realise(level: str, device, native_amp: bool) -> PrecisionReport:
-    """Check the level in a lowered graph; say how it is (or will be) delivered."""
-    if not uses_xla(device):
-        if level == "fp32":
-            return PrecisionReport(level, level, "no mixed precision", "off XLA: nothing to check")
-        if not native_amp:
-            raise PrecisionUnavailable(f"bf16 was requested but Accelerate cannot autocast on {device}")
-        # Off XLA there is no float64-to-float32 switch: downcast means bf16 compute, float32 metrics.
-        return PrecisionReport(level, level, f"torch.autocast({device.type}, bfloat16)", "autocast context active")
-    types = lowered_types(device)
-    variable = {"fp32": "none", "bf16": "XLA_USE_BF16", "bf16+downcast": "XLA_DOWNCAST_BF16"}[level]
-    if types == PROMISED_TYPES[level]:
-        return PrecisionReport(level, level, variable, describe(types))
-    if level == "fp32":
-        raise PrecisionUnavailable(f"float32 was requested but the graph holds {describe(types)}: unset XLA_USE_BF16")
+def realise(level: str, device, kahan_summation: bool = False) -> PrecisionReport:
+    """Check the level in a lowered graph; say how it is delivered and what it stores."""
+    effective, via, verified = _deliver(level, device)
     return PrecisionReport(
-        level,
-        "bf16 (model cast)",
-        "model.to(torch.bfloat16)",
-        f"{variable} ignored ({describe(types)}); parameters cast to bfloat16",
+        level, effective, via, verified, autocast=effective == "bf16", kahan_summation=kahan_summation,
+        stored={**STORED[effective], **({"Kahan compensation": "bf16, one more weight-sized buffer"}
+                                        if kahan_summation else {}),
+                "loss sums": "int64 in units of 2**-24 (fixed_point.py): exact in every level"},
     )
 
 
-def uses_model_cast(report: PrecisionReport) -> bool:
-    return report.via == "model.to(torch.bfloat16)"
+def _deliver(level: str, device) -> tuple[str, str, str]:
+    if level == "bf16":
+        via = f"torch.autocast({'xla' if uses_xla(device) else device.type}, bfloat16) around the forward"
+    else:
+        via = {"fp32": "no mixed precision", "pure-bf16-cast": "model.to(torch.bfloat16)",
+               "pure-bf16-xla": "XLA_USE_BF16", "pure-bf16-downcast": "XLA_DOWNCAST_BF16"}[level]
+    if not uses_xla(device):
+        if level in ("pure-bf16-xla", "pure-bf16-downcast"):
+            return "pure-bf16-cast", "model.to(torch.bfloat16)", f"{via} has no effect off XLA; parameters cast to bfloat16"
+        return level, via, "off XLA: nothing to check"
+    types = lowered_types(device)
+    if types[:2] == PROMISED_TYPES[level] and (level != "bf16" or types[2] == "bf16"):
+        extra = f", autocast matmul -> {types[2]}" if level == "bf16" else ""
+        return level, via, describe(types) + extra
+    if level in ("pure-bf16-xla", "pure-bf16-downcast"):
+        return "pure-bf16-cast", "model.to(torch.bfloat16)", f"{via} ignored ({describe(types)}); parameters cast to bfloat16"
+    if types[:2] != PROMISED_TYPES[level]:
+        raise PrecisionUnavailable(f"{level} was requested but the graph holds {describe(types)}: unset XLA_USE_BF16")
+    raise PrecisionUnavailable(f"bf16 was requested but a matmul under torch.autocast(xla) lowers to {types[2]}")
+
+
+def casts_model(report: PrecisionReport) -> bool:
+    """Whether parameters are cast to torch.bfloat16 before training.
+
+    With Kahan summation the XLA-variable levels are cast too (their device already stores bf16, so the bytes
+    do not change): optimi enables its compensation by the parameter's torch dtype, and under XLA_USE_BF16 /
+    XLA_DOWNCAST_BF16 torch still calls a bf16 parameter float32 (optimi 0.3's `_init_state` and steps).
+    """
+    return report.effective == "pure-bf16-cast" or (report.kahan_summation and report.effective.startswith("pure-"))
+
+
+def apply_to_model(model, report: PrecisionReport, device):
+    """The level's one change to the model before it is placed: a bf16 cast, or autocast around its forward.
+
+    The forward is wrapped on the plain model, so every wrapper (DDP, FSDPv2) and every caller (training,
+    evaluation, benchmarks) runs it under autocast, and the backward runs outside it (as torch advises).
+    `_original_forward` is Accelerate's own mark, so its unwrap_model can undo the wrap.
+    """
+    if casts_model(report):
+        return model.to(torch.bfloat16)
+    if report.autocast:
+        device_type = "xla" if uses_xla(device) else device.type
+        forward = model.forward.__func__
+
+        @functools.wraps(forward)
+        def autocast_forward(self, *args, **kwargs):
+            with torch.autocast(device_type, dtype=torch.bfloat16):
+                return forward(self, *args, **kwargs)
+
+        model._original_forward = model.forward
+        model.forward = MethodType(autocast_forward, model)
+    return model
 
 
 def metric_dtype(report: PrecisionReport) -> torch.dtype:
-    """dtype to accumulate metrics in so that the device computes them in float32.
+    """dtype the losses of evaluation are computed in from the logits (their sums are fixed_point's integers).
 
-    Under XLA_DOWNCAST_BF16 only float64 stays wide (as float32); under plain
-    XLA_USE_BF16 every float is bf16, the cost the guide names for that level.
+    Under XLA_DOWNCAST_BF16 only float64 stays wide (as float32); under XLA_USE_BF16 every float is bf16.
     """
     return torch.float64 if report.via == "XLA_DOWNCAST_BF16" else torch.float32
 

@@ -6,9 +6,7 @@ The task (tasks/) says how examples are loaded and batched and which model is bu
 
 from dataclasses import dataclass
 
-import torch
-
-from . import batching, precision
+from . import batching, bf16_updates, precision
 from .config import ConfigError, TrainConfig
 from .modeling import use_graph_friendly_attention
 from .processes import main_process_first
@@ -38,10 +36,14 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
     if model is None:
         model = task.build_model(config, demo, vocab_size=len(tokenizer))
     model = use_graph_friendly_attention(model)
-    if precision.uses_model_cast(precision_report):
-        model = model.to(torch.bfloat16)
+    learning_rate = config.resolved_learning_rate(demo)
+    if precision_report.effective.startswith("pure-") and not precision_report.kahan_summation:
+        precision_report.updates_at_risk = bf16_updates.updates_at_risk(model, learning_rate)
+        if precision_report.updates_at_risk["fraction_of_elements"] > 0:
+            say(bf16_updates.warning(precision_report.effective, precision_report.updates_at_risk))
+    if "ignored" in precision_report.verified or "no effect" in precision_report.verified:
         say(f"precision: {precision_report.verified}")
-    model = layout.wrap(model)
+    model = layout.wrap(precision.apply_to_model(model, precision_report, accelerator.device))
 
     collator = task.make_collator(tokenizer, config.padding, config.max_seq_length)
     # A loader batch feeds one chip (data) or all of a host's chips (fsdp).
@@ -50,8 +52,8 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
     eval_loader = batching.eval_loader(
         eval_examples, collator, config.eval_batch_size * per_loader, layout.loader_shards(accelerator)
     )
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.resolved_learning_rate(demo), weight_decay=config.weight_decay
+    optimizer = bf16_updates.make_optimizer(
+        model.parameters(), learning_rate, config.weight_decay, precision_report.kahan_summation
     )
     replicas = layout.replicas(accelerator)  # chips (fsdp) or processes (data) sharing one optimizer step
     steps_per_epoch = len(train_examples) // (config.train_batch_size * replicas)
@@ -74,7 +76,6 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
     )
     if len(train_loader) != steps_per_epoch:
         raise RuntimeError(f"Accelerate's loader gives {len(train_loader)} steps per epoch, the schedule expects {steps_per_epoch}")
-    precision_report.autocast = precision.forward_autocast(accelerator, model)
     return Prepared(
         model, optimizer, scheduler, train_loader, eval_loader, tokenizer, data, train_examples, collator,
         steps_per_epoch, replicas, optimizer_steps,

@@ -21,8 +21,8 @@ class RunState:
     global_step: int = 0  # optimizer steps of the whole run, resumed ones included
     first_epoch: int = 0  # this run's first epoch (a resumed run starts where its checkpoint stopped)
     resumed_step: int = 0  # batches of first_epoch trained before the checkpoint
-    resumed_loss: float = 0.0  # the loss those batches summed
-    loss_sum: object = None  # this epoch's training loss so far: a device tensor, read once per epoch
+    resumed_loss: int = 0  # the loss those batches summed, in fixed_point's units
+    loss_sum: object = None  # this epoch's training loss so far (fixed point): a device tensor, read once per epoch
     # Counters and timing.
     train_loss: float | None = None
     evaluation: dict = field(default_factory=dict)
@@ -40,16 +40,16 @@ class RunState:
         """Continue after a checkpoint's progress (written by `progress()`)."""
         self.first_epoch = self.epoch = progress["epochs_done"]
         self.resumed_step = progress.get("epoch_step", 0)
-        self.resumed_loss = progress.get("loss_sum", 0.0)
+        self.resumed_loss = int(progress.get("loss_sum", 0))
         # A checkpoint written by an earlier version of this project has no global step.
         self.global_step = progress.get("global_step", self.first_epoch * self.steps_per_epoch)
 
-    def progress(self, loss_so_far: float | None = None) -> dict:
+    def progress(self, loss_so_far: int | None = None) -> dict:
         """What a checkpoint records: inside the epoch (given the epoch's loss so far), or after it (the next one)."""
         if loss_so_far is not None:
             return {"epochs_done": self.epoch, "epoch_step": self.step, "global_step": self.global_step,
                     "loss_sum": loss_so_far}
-        return {"epochs_done": self.epoch + 1, "epoch_step": 0, "global_step": self.global_step, "loss_sum": 0.0}
+        return {"epochs_done": self.epoch + 1, "epoch_step": 0, "global_step": self.global_step, "loss_sum": 0}
 
     def begin_epoch(self, epoch: int) -> int:
         """Start `epoch`; return the batches of it already trained (a resumed epoch's), to skip."""

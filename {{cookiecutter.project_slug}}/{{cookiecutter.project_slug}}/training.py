@@ -17,6 +17,7 @@ from .callbacks import Callbacks
 from .checkpoint_schedule import Checkpoints
 from .config import TrainConfig
 from .data import wants_demo
+from .fixed_point import from_fixed, to_fixed
 from .graph_watch import GraphWatch
 from .parallel import layout_for
 from .preemption import Preemption
@@ -46,15 +47,14 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
     from accelerate.utils import set_seed
 
     accelerator = Accelerator(
-        mixed_precision=precision.accelerate_mixed_precision(level),
+        mixed_precision="no",  # the level is the project's (precision.py), never Accelerate's
         cpu=not environment.xla_installed() and not torch.cuda.is_available(),
         dataloader_config=shuffle_config(config.seed),
     )
     set_seed(config.seed)
     processes.quiet_unless_main(accelerator)
-    autocast = precision.decide_autocast(accelerator)
     with compilations.counting_compilations() as compiled:
-        precision_report = precision.realise(level, accelerator.device, autocast)
+        precision_report = precision.realise(level, accelerator.device, config.kahan_summation)
         report, tokenizer = _train(accelerator, layout, model, config, precision_report, analysis_file)
     report.update(
         xla_compilations=compiled["compilations"],
@@ -133,10 +133,11 @@ def fit(accelerator, parts, run: RunState, callbacks, layout, metric_dtype, say)
 def train_epoch(accelerator, parts, run: RunState, batches, callbacks, metric_dtype) -> float:
     """One epoch's optimizer steps (a resumed epoch's remaining ones); returns its mean training loss."""
     parts.model.train()
-    loss_before = run.resumed_loss if run.step else 0.0
-    # The loss so far as data, not a graph constant; on the main process only, so the sum over processes is it.
+    loss_before = run.resumed_loss if run.step else 0
+    # The loss so far (fixed point: exact in every precision level) as data, not a graph constant; on the main
+    # process only, so that the sum over processes is it.
     run.loss_sum = devices.device_values(
-        [loss_before if accelerator.is_main_process else 0.0], metric_dtype, accelerator.device
+        [loss_before if accelerator.is_main_process else 0], torch.int64, accelerator.device
     )
     # The bar is not given the loader: tqdm.auto's bar calls iter() on what it wraps, and each iter()
     # of Accelerate's XLA loader starts a prefetch thread that may finish the epoch and advance the
@@ -147,7 +148,7 @@ def train_epoch(accelerator, parts, run: RunState, batches, callbacks, metric_dt
     with bar:
         for batch in batches:
             run.last_learning_rate = parts.scheduler.get_last_lr()[0]
-            run.loss_sum += train_step(accelerator, parts.model, parts.optimizer, parts.scheduler, batch).to(metric_dtype)
+            run.loss_sum += to_fixed(train_step(accelerator, parts.model, parts.optimizer, parts.scheduler, batch))
             run.after_step()
             devices.sync(accelerator.device)
             callbacks.after_train_step(run, batch)
@@ -155,7 +156,7 @@ def train_epoch(accelerator, parts, run: RunState, batches, callbacks, metric_dt
             callbacks.at_step_boundary(run)
     # One transfer per epoch: reading the loss every step would stall the device.
     total = processes.sum_over_processes(accelerator, run.loss_sum).item()
-    return total / max(run.step * accelerator.num_processes, 1)
+    return from_fixed(total) / max(run.step * accelerator.num_processes, 1)
 
 
 def train_step(accelerator, model, optimizer, scheduler, batch):
@@ -175,21 +176,18 @@ def train_step(accelerator, model, optimizer, scheduler, batch):
 def evaluate(accelerator, model, loader, metric_dtype=torch.float32, on_step=None) -> dict:
     """The task's metrics over real examples only (masked copies count for nothing), summed on the device.
 
+    Every sum is a whole number (the loss in fixed point), so the result is exact in every precision level.
     `on_step(step, batch)` runs after each synced step (the graph watch).
     """
     model.eval()
     device = accelerator.device
     counts = devices.device_zeros(len(task.COUNTS), torch.int64, device)
-    loss_sum = devices.device_zeros(1, metric_dtype, device)
     for step, batch in enumerate(loader, start=1):
         valid = batch.pop(VALID)
         with torch.no_grad():
-            batch_counts, batch_loss = task.eval_batch(model, batch, valid, metric_dtype)
-        counts += batch_counts
-        loss_sum += batch_loss
+            counts += task.eval_batch(model, batch, valid, metric_dtype)
         devices.sync(device)
         if on_step:
             on_step(step, batch)
     counts = processes.sum_over_processes(accelerator, counts).tolist()
-    total_loss = processes.sum_over_processes(accelerator, loss_sum).item()
-    return task.metrics(dict(zip(task.COUNTS, counts, strict=True)), total_loss)
+    return task.metrics(dict(zip(task.COUNTS, counts, strict=True)))

@@ -6,8 +6,9 @@ for every task; a task module gives them:
   load_examples(config, demo)     -> (data source, tokenizer, train examples, eval examples)
   make_collator(tokenizer, padding, max_seq_length) -> every batch the same shape (padding="fixed")
   build_model(config, demo, vocab_size)
-  COUNTS, eval_batch(model, batch, valid, metric_dtype) -> (counts, loss sum) of one eval batch, on the device
-  metrics(counts, loss_sum)       -> the eval_* fields of the report
+  COUNTS, eval_batch(model, batch, valid, metric_dtype) -> an int64 tensor of one eval batch's COUNTS, on the device
+                                     (the loss among them in fixed_point's units, exact in every precision level)
+  metrics(counts)                 -> the eval_* fields of the report
   facts(train_examples, collator, config, report) -> task-specific report fields (tokens per second, padding)
   AUTO_MODEL                      -> the transformers Auto class that loads an exported model
 

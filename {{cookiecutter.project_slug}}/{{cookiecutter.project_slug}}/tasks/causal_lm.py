@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM, DataCollatorForSeq2Seq, LlamaConf
 
 from ..config import PADDING_MODES, TrainConfig
 from ..data import load_text_data
+from ..fixed_point import from_fixed, to_fixed
 from ..hub import from_hub_or_folder
 from ..modeling import ATTENTION
 from ..tokenizer import load_tokenizer
@@ -29,7 +30,6 @@ DEMO_SHAPE = {
     "num_key_value_heads": 2,
 }
 COUNTS = ("blocks", "tokens", "loss")  # what evaluation sums on the device, all whole numbers
-LOSS_SCALE = 4096  # the loss is summed in 1/4096 nats per token (see eval_batch)
 AUTO_MODEL = AutoModelForCausalLM  # what loads an exported model (outputs/model)
 
 
@@ -112,11 +112,11 @@ def build_model(config: TrainConfig, demo: bool, vocab_size: int | None = None):
 
 
 def eval_batch(model, batch, valid, metric_dtype):
-    """(real blocks, predicted tokens and their summed loss in 1/LOSS_SCALE nats, a zero float) of one batch.
+    """(real blocks, predicted tokens, their summed loss in fixed point) of one batch, on the device.
 
-    The loss is summed as whole numbers: under XLA_USE_BF16 every float on the device is bf16 (8 bits of
-    mantissa), and a float sum over thousands of tokens would move in steps of tens of nats. Each token's loss
-    is rounded to 1/LOSS_SCALE nats before the sum instead. Masked copies (valid 0) count for nothing.
+    Each token's loss is rounded to fixed_point's units before the sum, so that the sum over thousands of
+    tokens is exact in every precision level (under XLA_USE_BF16 a float sum would move in steps of tens of
+    nats). Masked copies (valid 0) count for nothing.
     """
     labels = batch["labels"]
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
@@ -126,13 +126,12 @@ def eval_batch(model, batch, valid, metric_dtype):
         ignore_index=IGNORED, reduction="none",
     ).view(targets.shape)
     counted = (targets != IGNORED).long() * valid.unsqueeze(1)
-    scaled = torch.round(per_token * LOSS_SCALE).long() * counted
-    return torch.stack([valid.sum(), counted.sum(), scaled.sum()]), torch.zeros((), dtype=metric_dtype, device=logits.device)
+    return torch.stack([valid.sum(), counted.sum(), (to_fixed(per_token) * counted).sum()])
 
 
-def metrics(counts: dict, loss_sum: float) -> dict:
+def metrics(counts: dict) -> dict:
     tokens = counts["tokens"]
-    loss = counts["loss"] / LOSS_SCALE / tokens if tokens else None
+    loss = from_fixed(counts["loss"]) / tokens if tokens else None
     return {
         "eval_loss": loss,
         "eval_perplexity": math.exp(loss) if loss is not None else None,

@@ -13,13 +13,14 @@ from transformers import (
 
 from ..config import PADDING_MODES, TrainConfig
 from ..data import TaskChecks, load_text_data, no_column
+from ..fixed_point import from_fixed, to_fixed
 from ..hub import from_hub_or_folder
 from ..modeling import ATTENTION
 from ..tokenizer import load_tokenizer
 
 NAME = "text-classification"
 DEMO_SHAPE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
-COUNTS = ("correct", "counted")  # what evaluation counts on the device, besides the loss
+COUNTS = ("correct", "counted", "loss")  # what evaluation sums on the device, all whole numbers (the loss in fixed point)
 AUTO_MODEL = AutoModelForSequenceClassification  # what loads an exported model (outputs/model)
 
 
@@ -112,18 +113,22 @@ def build_model(config: TrainConfig, demo: bool, vocab_size: int | None = None):
 
 
 def eval_batch(model, batch, valid, metric_dtype):
-    """(correct and counted examples, summed loss) of one batch; masked copies (valid 0) count for nothing."""
+    """(correct examples, counted examples, their summed loss in fixed point) of one batch, on the device.
+
+    Each example's loss is computed in `metric_dtype` and rounded to fixed_point's units before the sum, so
+    the sum is exact in every precision level. Masked copies (valid 0) count for nothing.
+    """
     logits = model(**batch).logits
     per_example = torch.nn.functional.cross_entropy(logits.to(metric_dtype), batch["labels"], reduction="none")
     hits = (logits.argmax(dim=-1) == batch["labels"]).long() * valid
-    return torch.stack([hits.sum(), valid.sum()]), (per_example * valid.to(metric_dtype)).sum()
+    return torch.stack([hits.sum(), valid.sum(), (to_fixed(per_example) * valid).sum()])
 
 
-def metrics(counts: dict, loss_sum: float) -> dict:
+def metrics(counts: dict) -> dict:
     counted = counts["counted"]
     return {
         "eval_accuracy": counts["correct"] / counted if counted else None,
-        "eval_loss": loss_sum / counted if counted else None,
+        "eval_loss": from_fixed(counts["loss"]) / counted if counted else None,
         "eval_examples_counted": counted,
     }
 
