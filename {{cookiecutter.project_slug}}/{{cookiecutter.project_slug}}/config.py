@@ -23,6 +23,8 @@ PADDING_MODES = ("fixed", "longest", "dynamic")
 DEFAULT_DATASET = "glue/mrpc"
 PADDING_MODES = ("fixed", "buckets", "dynamic")
 {%- endif %}
+# Where bf16 weights live (precision.py): float32 (no), or bf16 through XLA_USE_BF16, XLA_DOWNCAST_BF16 or a cast.
+PURE_BF16_CHOICES = ("no", "xla", "downcast", "cast")
 # A from-scratch model learns the demo at a much higher rate than a pretrained one is fine-tuned at.
 DEMO_LEARNING_RATE = 1e-3
 
@@ -176,8 +178,8 @@ class TrainConfig:
             raise ConfigError(f"learning_rate={self.learning_rate!r}: must be a positive number")
         if self.mixed_precision not in (None, "bf16", "no"):
             raise ConfigError(f"mixed_precision={self.mixed_precision!r}: must be bf16 or no (TPUs do not take fp16)")
-        if self.pure_bf16 not in (None, "no", "xla", "downcast", "cast"):
-            raise ConfigError(f"pure_bf16={self.pure_bf16!r}: must be one of no, xla, downcast, cast")
+        if self.pure_bf16 not in (None, *PURE_BF16_CHOICES):
+            raise ConfigError(f"pure_bf16={self.pure_bf16!r}: must be one of {', '.join(PURE_BF16_CHOICES)}")
         if self.pure_bf16 not in (None, "no") and self.mixed_precision == "no":
             raise ConfigError(f"pure_bf16={self.pure_bf16!r} needs mixed_precision=bf16 (float32 was asked for)")
         if self.parallelism not in PARALLELISMS:

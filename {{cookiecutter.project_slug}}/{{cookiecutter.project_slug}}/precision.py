@@ -25,12 +25,11 @@ from types import MethodType
 
 import torch
 
-from .config import ConfigError, TrainConfig
+from .config import PURE_BF16_CHOICES, ConfigError, TrainConfig
 from .devices import uses_xla
 
 BAKED_MIXED_PRECISION = {{ cookiecutter.mixed_precision | tojson }}
 BAKED_PURE_BF16 = {{ cookiecutter.pure_bf16 | tojson }}
-PURE_CHOICES = ("no", "xla", "downcast", "cast")
 
 # What a float32 and a float64 tensor must lower to on an XLA device, for the XLA variables each level sets.
 PROMISED_TYPES = {
@@ -107,8 +106,8 @@ def requested_level(config: TrainConfig) -> str:
     if mixed not in ("bf16", "no"):
         raise ConfigError(f"mixed_precision={mixed!r}: must be bf16 or no (TPUs do not take fp16)")
     pure = config.pure_bf16 or launcher or (BAKED_PURE_BF16 if mixed == "bf16" else "no")
-    if pure not in PURE_CHOICES:
-        raise ConfigError(f"pure_bf16={pure!r}: must be one of {', '.join(PURE_CHOICES)}")
+    if pure not in PURE_BF16_CHOICES:
+        raise ConfigError(f"pure_bf16={pure!r}: must be one of {', '.join(PURE_BF16_CHOICES)}")
     if mixed == "no" and pure != "no" and (config.pure_bf16 or config.mixed_precision is None):
         raise ConfigError(f"pure_bf16={pure!r} needs mixed_precision=bf16 (float32 was asked for)")
     level = "fp32" if mixed == "no" else ("bf16" if pure == "no" else f"pure-bf16-{pure}")

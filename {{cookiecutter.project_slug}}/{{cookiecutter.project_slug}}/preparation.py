@@ -41,7 +41,7 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
         precision_report.updates_at_risk = bf16_updates.updates_at_risk(model, learning_rate)
         if precision_report.updates_at_risk["fraction_of_elements"] > 0:
             say(bf16_updates.warning(precision_report.effective, precision_report.updates_at_risk))
-    if "ignored" in precision_report.verified or "no effect" in precision_report.verified:
+    if precision_report.effective != precision_report.requested:  # a fallback (the XLA variables did not apply)
         say(f"precision: {precision_report.verified}")
     model = layout.wrap(precision.apply_to_model(model, precision_report, accelerator.device))
 
