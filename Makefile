@@ -29,7 +29,8 @@ demo: env ## Bake the template with its defaults into build/ and train the offli
 
 test: env ## Lint, then run the template's tests (bakes, hooks, the baked projects' own tests) and the quick benchmarks
 	$(PY) -m ruff check --no-cache tests benchmarks tools hooks
-	PJRT_DEVICE=CPU REQUIRE_XLA=1 HF_HUB_OFFLINE=1 $(PY) -m pytest tests benchmarks
+	PJRT_DEVICE=CPU REQUIRE_XLA=1 HF_HUB_OFFLINE=1 MODEL_MATRIX_RESULTS=$(abspath benchmark-results)/models \
+		$(PY) -m pytest tests benchmarks
 
 notebook: env ## Rebuild the template's notebook with nbformat (never edit the .ipynb by hand)
 	$(PY) tools/build_notebook.py

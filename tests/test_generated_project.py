@@ -15,11 +15,11 @@ def test_default_project_suite_passes(default_project):
 
 
 # The causal-LM bake's test files whose results depend on the task. Its other files (test_resume.py,
-# test_graph_watch.py, test_launch.py) are the default bake's, run there against the same loop, checkpoints,
-# watch and launchers; leaving them out here keeps `make test` within its time on two cores.
+# test_graph_watch.py, test_launch.py, test_loss_guard.py) are the default bake's, run there against the same loop,
+# checkpoints, watch and launchers; leaving them out here keeps `make test` within its time on two cores.
 CAUSAL_LM_TESTS = (
     "test_causal_lm.py", "test_fsdp.py", "test_multiprocess.py", "test_notebook.py", "test_precision.py",
-    "test_cli.py", "test_environment_errors.py", "test_script.py",
+    "test_cli.py", "test_environment_errors.py", "test_script.py", "test_models.py", "test_chip_count.py",
 )
 
 

@@ -8,12 +8,17 @@ the full tables stay in benchmark-results/results.md and the JSON.
 
 Only the text between a section's markers (`<!-- results:start -->` ... `<!-- results:end -->`, and
 `<!-- results-causal-lm:start -->` ...) changes; missing markers are added at the end.
+
+The Models table (`<!-- models:start -->` ... `<!-- models:end -->`) comes from benchmark-results/models/*.json, the
+architecture matrix's rows that each bake's tests/test_models.py writes when MODEL_MATRIX_RESULTS names that folder;
+missing markers are added before the benchmark results.
 Usage: python tools/update_readme_results.py [README.md] [benchmark-results]
 """
 
 import json
 import platform
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,8 +53,56 @@ def section(results: Path, start: str, end: str, task: str) -> str:
     return "\n".join([start, "", f"### {task}", "", intro, *body, "", end])
 
 
+MODELS = ("<!-- models:start -->", "<!-- models:end -->")
+MODEL_COLUMNS = ("Architecture", "Task", "Layout", "XLA graphs", "Transfers / epoch", "Recompilations",
+                 "Eval loss (untrained → trained)", "Status")
+
+
+def _figure(value, digits: int = 0) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def models_section(folder: Path) -> str | None:
+    """The Models table from every task's matrix file in `folder`, or None when there is none."""
+    files = sorted(folder.glob("*.json"))
+    if not files:
+        return None
+    lines = [MODELS[0], "", "| " + " | ".join(MODEL_COLUMNS) + " |", "|" + "---|" * len(MODEL_COLUMNS)]
+    for path in files:
+        for row in json.loads(path.read_text())["rows"]:
+            devices = row.get("devices")
+            layout = f"{row['layout']} ({devices} device{'s' if devices != 1 else ''})" if devices else row["layout"]
+            loss = f"{_figure(row.get('untrained_eval_loss'), 3)} → {_figure(row.get('eval_loss'), 3)}"
+            status = row["status"] if not row.get("problems") else f"{row['status']}: {'; '.join(row['problems'])}"
+            cells = (row["architecture"], row["task"], layout, _figure(row.get("graphs")),
+                     _figure(row.get("transfers_per_epoch"), 0), _figure(row.get("recompilations")), loss, status)
+            lines.append("| " + " | ".join(cells) + " |")
+    when = max(path.stat().st_mtime for path in files)
+    stamp = datetime.fromtimestamp(when, timezone.utc).strftime("%Y-%m-%d %H:%M")
+    lines += ["", f"Written by the baked projects' tests/test_models.py ({stamp} UTC); regenerate with `make test` "
+              "then `make results`.", "", MODELS[1]]
+    return "\n".join(lines)
+
+
+def update_models(text: str, folder: Path) -> str:
+    new = models_section(folder)
+    if new is None:
+        return text
+    start, end = MODELS
+    if start in text and end in text:
+        before, _, rest = text.partition(start)
+        _, _, after = rest.partition(end)
+        return before + new + after
+    if HEADING in text:
+        before, _, after = text.partition(HEADING)
+        return f"{before}{new}\n\n{HEADING}{after}"
+    return text.rstrip("\n") + f"\n\n{new}\n"
+
+
 def update(readme: Path, results_root: Path) -> None:
-    text = readme.read_text()
+    text = update_models(readme.read_text(), results_root / "models")
     for sub_folder, marker, task in SECTIONS:
         results = results_root / sub_folder if sub_folder else results_root
         if not (results / "summary.md").exists():

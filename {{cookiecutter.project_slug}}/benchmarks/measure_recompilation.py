@@ -71,7 +71,7 @@ def eval_cell(cell: Cell, profile: Profile, cache_dir: str | None = None) -> dic
     model = workload.build("demo", config, len(tokenizer))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.resolved_learning_rate(True))
     fixed = make_collator(tokenizer, "fixed", config.max_seq_length)
-    train_loader = batching.train_loader(train_examples, fixed, config.train_batch_size, config.seed)
+    train_loader = batching.train_loader(train_examples, fixed, config.per_chip_train_batch(True, 1), config.seed)
     collator = make_collator(tokenizer, cell.padding, config.max_seq_length)
     loader = batching.eval_loader(
         eval_examples, collator, cell.eval_batch_size, accelerator.num_processes, last_batch=cell.last_batch
@@ -95,7 +95,7 @@ def eval_cell(cell: Cell, profile: Profile, cache_dir: str | None = None) -> dic
         totals = {key: totals.get(key, 0) + value for key, value in compiled.items()}
     return {
         "cell": cell.id, "eval_batch_size": cell.eval_batch_size, "size": cell.size_label,
-        "train_batch_size": config.train_batch_size, "last_batch": cell.last_batch, "padding": cell.padding,
+        "train_batch_size": config.per_chip_train_batch(True, 1), "last_batch": cell.last_batch, "padding": cell.padding,
         "project_default": cell.is_default, "device": devices.device_kind(device),
         "train_steps": profile.grid_train_steps, "train_compilations": trained["compilations"],
         "eval_compilations": eval_graphs[0], "compilations_after_first_eval": sum(eval_graphs[1:]),
@@ -142,7 +142,7 @@ def project_loop(profile: Profile, output_dir: str, watch: bool = True, **overri
         "project" if watch else "project-no-watch", report["xla_compilations"], report["compile_seconds"],
         report["recompilations"], causes, report["steady_step_seconds"], wall,
         device=report["device"], epochs=config.num_epochs, train_examples=report["train_examples"],
-        train_batch_size=config.train_batch_size,
+        train_batch_size=config.per_chip_train_batch(True, 1),
         eval_accuracy=report["eval_accuracy"], device_to_host_transfers=report["device_to_host_transfers"],
         steady_examples_per_second=report["steady_examples_per_second"],
         checkpoints_written=report["checkpoints_written"], checkpoint_seconds=report["checkpoint_seconds"],
@@ -263,7 +263,7 @@ def trainer_loop(profile: Profile, output_dir: str, tuned: bool = False) -> dict
 
         arguments = TrainingArguments(
             output_dir=output_dir, num_train_epochs=config.num_epochs, learning_rate=config.resolved_learning_rate(True),
-            per_device_train_batch_size=config.train_batch_size,
+            per_device_train_batch_size=config.per_chip_train_batch(True, 1),
             per_device_eval_batch_size=config.eval_batch_size if tuned else 8,
             eval_strategy="epoch", save_strategy="no", logging_strategy="no", report_to=[], disable_tqdm=True,
             optim="adamw_torch", seed=config.seed, dataloader_drop_last=tuned,

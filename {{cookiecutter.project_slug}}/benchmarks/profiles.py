@@ -80,11 +80,11 @@ def _profiles() -> dict[str, Profile]:
         ),
         "full": Profile(
             name="full", precision_models=("demo", "bert-base"), larger_model_modes=None,
-            batch_size=baked.train_batch_size,
+            batch_size=baked.per_chip_train_batch(True, 1),
             max_seq_length=baked.max_seq_length, warmup_steps=5, timed_steps=20, full_grid=True, eval_rounds=5,
             grid_train_steps=5, compare_epochs=3, compare_train_examples=472,
             pretrain_epochs=3, pretrain_train_examples=None, finetune_epochs=2, finetune_train_examples=None,
-            finetune_batch_size=baked.train_batch_size, finetune_seq_length=baked.max_seq_length,
+            finetune_batch_size=baked.per_chip_train_batch(False, 1), finetune_seq_length=baked.max_seq_length,
             finetune_xla_flags="",
         ),
     }

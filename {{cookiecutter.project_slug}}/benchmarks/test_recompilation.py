@@ -21,12 +21,12 @@ def demo_eval_set_size() -> int:
 def pytest_generate_tests(metafunc):
     if "cell" in metafunc.fixturenames:
         profile = profiles.choose(metafunc.config.getoption("--bench-profile"))
-        cells = grid.build(TrainConfig().train_batch_size, demo_eval_set_size(), profile.full_grid)
+        cells = grid.build(TrainConfig().per_chip_train_batch(True, 1), demo_eval_set_size(), profile.full_grid)
         metafunc.parametrize("cell", cells, ids=[cell.id for cell in cells])
 
 
 def default_cell() -> grid.Cell:
-    (cell,) = [cell for cell in grid.build(TrainConfig().train_batch_size, demo_eval_set_size(), False) if cell.is_default]
+    (cell,) = [cell for cell in grid.build(TrainConfig().per_chip_train_batch(True, 1), demo_eval_set_size(), False) if cell.is_default]
     return cell
 
 

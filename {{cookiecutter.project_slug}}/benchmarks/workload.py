@@ -8,7 +8,7 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification
 
 from {{ cookiecutter.project_slug }}.config import TrainConfig
-from {{ cookiecutter.project_slug }}.modeling import ATTENTION, use_graph_friendly_attention
+from {{ cookiecutter.project_slug }}.modeling import ATTENTION, make_graph_friendly
 from {{ cookiecutter.project_slug }}.tasks import task
 
 from .profiles import BERT_VOCAB_SIZE, MODEL_SHAPES, Profile
@@ -32,7 +32,7 @@ def demo_examples(config: TrainConfig):
 def build(model_name: str, config: TrainConfig, vocab_size: int):
     """'demo' is the project's own tiny BERT; the other names are BERT shapes built from scratch."""
     if model_name == "demo":
-        return use_graph_friendly_attention(task.build_model(config, demo=True, vocab_size=vocab_size))
+        return make_graph_friendly(task.build_model(config, demo=True, vocab_size=vocab_size))
     torch.manual_seed(config.seed)
     shape = BertConfig(
         vocab_size=max(BERT_VOCAB_SIZE, vocab_size), num_labels=config.num_labels, attn_implementation=ATTENTION,

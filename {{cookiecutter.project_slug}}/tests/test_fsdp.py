@@ -148,17 +148,22 @@ def test_the_export_loads_with_from_pretrained_off_xla_and_evaluates_to_the_run_
 
 
 @pytest.mark.xla
-def test_gradient_checkpointing_trains_in_both_layouts(tmp_path):
-    """It runs on XLA:CPU (torch_xla's checkpoint around each block); its memory saving shows only on a TPU."""
-    for name, layout, env in (("data", [], spmd_env(1)), ("fsdp", ["--parallelism", "fsdp"], spmd_env(DEVICES))):
-        plain = train_recording_losses(tmp_path / name / "plain", *quick("--mixed_precision", "no"), *layout, env=env)
+def test_gradient_checkpointing_trains_in_both_layouts(tmp_path, one_device, four_devices):
+    """It runs on XLA:CPU (torch_xla's checkpoint around each block); its memory saving shows only on a TPU.
+
+    Compared with this module's plain runs of each layout: the same data, batches and seed, one epoch (the first
+    step does not depend on the number of epochs), no checkpoints or export (they come after it).
+    """
+    plain_runs = {"data": one_device[2], "fsdp": four_devices[2]}
+    for name, layout, env in (("data", ONE_DEVICE, spmd_env(1)), ("fsdp", FOUR_DEVICES, spmd_env(DEVICES))):
         checkpointed = train_recording_losses(
-            tmp_path / name / "checkpointed", *quick("--mixed_precision", "no", "--gradient_checkpointing", "true"),
-            *layout, env=env,
+            tmp_path / name, *RUN, *layout, "--num_epochs", "1", "--checkpoint", "false", "--export", "false",
+            "--gradient_checkpointing", "true", env=env,
         )
         assert checkpointed[0]["config"]["gradient_checkpointing"] is True
+        assert checkpointed[0]["layout"]["parallelism"] == name
         # The first step's loss is the same (the forward is); later ones may differ by the recomputed dropout.
-        assert checkpointed[2][0] == pytest.approx(plain[2][0], abs=1e-6), name
+        assert checkpointed[2][0] == pytest.approx(plain_runs[name][0], abs=1e-6), name
         assert checkpointed[0]["recompilations"] == 0
 
 

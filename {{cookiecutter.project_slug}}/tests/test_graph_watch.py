@@ -61,8 +61,14 @@ def test_the_limit_stops_the_run_at_the_first_recompilation(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_an_eval_batch_size_unlike_the_train_size_compiles_its_eval_graph_in_warm_up(run_training):
-    same, _ = run_training(*quick("--mixed_precision", "no"))
+@pytest.fixture(scope="module")
+def watched_float32(tmp_path_factory):
+    """The quick demo in float32 for 2 epochs, watched (the default): (report, process), shared by two tests."""
+    return train(tmp_path_factory.mktemp("watch-on"), *quick("--mixed_precision", "no", "--num_epochs", "2"))
+
+
+def test_an_eval_batch_size_unlike_the_train_size_compiles_its_eval_graph_in_warm_up(watched_float32, run_training):
+    same, _ = watched_float32
     other, _ = run_training(*quick("--eval_batch_size", "24", "--mixed_precision", "no"))
     assert same["recompilations"] == other["recompilations"] == 0
     # Evaluation has its own graph at any size: another size costs no extra graph.
@@ -106,8 +112,8 @@ def test_a_host_read_is_named_by_its_cause_and_frame_and_the_checkpoint_is_kept(
     assert HOST_READ in [analysis.cause for analysis in parse_analyses(log)[-2:]]
 
 
-def test_the_watch_adds_no_graph_and_no_transfer(tmp_path):
-    on, _ = train(tmp_path / "on", *quick("--mixed_precision", "no", "--num_epochs", "2"))
+def test_the_watch_adds_no_graph_and_no_transfer(tmp_path, watched_float32):
+    on, _ = watched_float32
     off, _ = train(tmp_path / "off", *quick("--mixed_precision", "no", "--num_epochs", "2", "--watch_compilations", "false"))
     assert off["graphs"] is None and on["graphs"]["compiled"] == on["xla_compilations"]
     assert on["xla_compilations"] == off["xla_compilations"]

@@ -9,7 +9,7 @@ import time
 
 from . import checkpointing
 from .callbacks import Callback
-from .processes import agree, sum_over_processes
+from .processes import agree
 
 
 class SavePolicy:
@@ -36,6 +36,7 @@ class Checkpoints(Callback):
         self.enabled = config.checkpoint
         self.policy = SavePolicy(config.save_steps, config.save_minutes)
         self.last = None  # the newest checkpoint this run wrote
+        self.guard = None  # the run's LossGuard, set by training.py: it reads the loss so far before a step checkpoint
         self.written, self.seconds = 0, 0.0
         self._saved_at_step = None
 
@@ -65,8 +66,9 @@ class Checkpoints(Callback):
     def save(self, run, inside_epoch: bool) -> None:
         started = time.perf_counter()
         # Inside an epoch, the whole run's loss so far (one read, only when saving): a resumed epoch reports the
-        # same mean as an uninterrupted one.
-        loss = sum_over_processes(self.accelerator, run.loss_sum).item() if inside_epoch else None
+        # same mean as an uninterrupted one. The loss guard reads with it and stops the run before a checkpoint
+        # could hold non-finite weights (loss_guard.py).
+        loss = self.guard.read(run) if inside_epoch else None
         self.last = checkpointing.save_checkpoint(
             self.accelerator, self.config.output_dir, run.progress(loss), self.config.keep_checkpoints,
             self.layout.save_state,

@@ -37,7 +37,7 @@ def parse(argv=None) -> TrainConfig:
 
 
 def main(argv=None) -> int:
-    """Train; a known problem ends the process with status 2 (a preemption: 75) by raising SystemExit.
+    """Train; a known problem ends the process with status 2 (a preemption: 75, a non-finite loss: 3) by raising SystemExit.
 
     Raised, not returned: `accelerate launch` calls `main` itself on XLA (through PrepareForLaunch
     and xmp.spawn) and drops its return value, so a returned 2 would reach the shell as 0.
@@ -48,6 +48,7 @@ def main(argv=None) -> int:
     from .environment import EnvironmentProblem
     from .graph_watch import RecompilationLimit
     from .hub import ModelUnavailable
+    from .loss_guard import NonFiniteLoss
     from .precision import PrecisionUnavailable
     from .preemption import Preempted
     from .processes import is_main_process
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
         training_function(config=config)
     except (
         ConfigError, DataProblem, CheckpointProblem, EnvironmentProblem, ModelUnavailable, PrecisionUnavailable,
-        RecompilationLimit, Preempted,
+        RecompilationLimit, Preempted, NonFiniteLoss,
     ) as error:
         # A problem that every process raised together is said once, by the main process.
         if not getattr(error, "every_process", False) or is_main_process():

@@ -27,6 +27,10 @@ PADDING_MODES = ("fixed", "buckets", "dynamic")
 PURE_BF16_CHOICES = ("no", "xla", "downcast", "cast")
 # A from-scratch model learns the demo at a much higher rate than a pretrained one is fine-tuned at.
 DEMO_LEARNING_RATE = 1e-3
+TRAIN_BATCH_SIZE = {{ cookiecutter.train_batch_size }}  # per chip, the bake's answer
+# The demo's global batch, split over the chips: its schedule (steps, learning rate) is the same on one chip and on
+# eight, so it learns the same. At 16 per chip a v5e-8's global batch of 128 would give the demo 3 steps an epoch.
+DEMO_GLOBAL_BATCH = 16
 
 
 def switch(default: bool | None, help: str):
@@ -64,9 +68,10 @@ class TrainConfig:
     label_column: str = field(default="label", metadata={"help": "Label column (integers 0..num_labels-1)."})
     num_labels: int = {{ cookiecutter.num_labels }}
 {%- endif %}
-    train_batch_size: int = field(
-        default={{ cookiecutter.train_batch_size }},
-        metadata={"help": "Per chip: one process's batch with data, one chip's share of the global batch with fsdp."},
+    train_batch_size: int | None = field(
+        default=None,
+        metadata={"help": "Per chip: one process's batch with data, one chip's share of the global batch with fsdp. "
+                          f"Default: {TRAIN_BATCH_SIZE}; the demo: a global batch of {DEMO_GLOBAL_BATCH} split over the chips."},
     )
     eval_batch_size: int = field(
         default={{ cookiecutter.eval_batch_size }},
@@ -146,6 +151,14 @@ class TrainConfig:
     def pretrained_learning_rate(self) -> float:
         return {{ cookiecutter.learning_rate }}
 
+    def per_chip_train_batch(self, demo: bool, replicas: int) -> int:
+        """The per-chip batch: as given, else the demo's global batch split over `replicas` chips, else the bake's."""
+        if self.train_batch_size is not None:
+            return self.train_batch_size
+        if demo:
+            return max(1, DEMO_GLOBAL_BATCH // replicas)
+        return TRAIN_BATCH_SIZE
+
     def resolved_learning_rate(self, demo: bool) -> float:
         if self.learning_rate is not None:
             return self.learning_rate
@@ -162,6 +175,8 @@ class TrainConfig:
     def __post_init__(self):
         for name in ({% if cookiecutter.task != "causal-lm" %}"num_labels", {% endif %}"train_batch_size", "eval_batch_size", "max_seq_length", "num_epochs"):
             value = getattr(self, name)
+            if value is None and name == "train_batch_size":
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name}={value!r}: must be a positive whole number")
         for name in ("save_steps", "keep_checkpoints"):

@@ -7,8 +7,8 @@ The task (tasks/) says how examples are loaded and batched and which model is bu
 from dataclasses import dataclass
 
 from . import batching, bf16_updates, precision
-from .config import ConfigError, TrainConfig
-from .modeling import use_graph_friendly_attention
+from .config import DEMO_GLOBAL_BATCH, ConfigError, TrainConfig
+from .modeling import make_graph_friendly
 from .processes import main_process_first
 from .tasks import task
 
@@ -25,6 +25,7 @@ class Prepared:
     train_examples: object
     collator: object
     steps_per_epoch: int
+    train_batch_size: int  # per chip (config.per_chip_train_batch)
     replicas: int  # per-chip batches in one optimizer step
     optimizer_steps: int
 
@@ -35,7 +36,7 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
         data, tokenizer, train_examples, eval_examples = task.load_examples(config, demo)
     if model is None:
         model = task.build_model(config, demo, vocab_size=len(tokenizer))
-    model = use_graph_friendly_attention(model)
+    model = make_graph_friendly(model)
     learning_rate = config.resolved_learning_rate(demo)
     if precision_report.effective.startswith("pure-") and not precision_report.kahan_summation:
         precision_report.updates_at_risk = bf16_updates.updates_at_risk(model, learning_rate)
@@ -46,20 +47,24 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
     model = layout.wrap(precision.apply_to_model(model, precision_report, accelerator.device))
 
     collator = task.make_collator(tokenizer, config.padding, config.max_seq_length)
+    replicas = layout.replicas(accelerator)  # chips (fsdp) or processes (data) sharing one optimizer step
+    batch_size = config.per_chip_train_batch(demo, replicas)
+    if demo and config.train_batch_size is None and batch_size * replicas != DEMO_GLOBAL_BATCH:
+        say(f"demo: its global batch of {DEMO_GLOBAL_BATCH} does not split evenly over {replicas} chips; "
+            f"{batch_size} per chip, {batch_size * replicas} in all")
     # A loader batch feeds one chip (data) or all of a host's chips (fsdp).
     per_loader = layout.devices_per_process()
-    train_loader = batching.train_loader(train_examples, collator, config.train_batch_size * per_loader, config.seed)
+    train_loader = batching.train_loader(train_examples, collator, batch_size * per_loader, config.seed)
     eval_loader = batching.eval_loader(
         eval_examples, collator, config.eval_batch_size * per_loader, layout.loader_shards(accelerator)
     )
     optimizer = bf16_updates.make_optimizer(
         model.parameters(), learning_rate, config.weight_decay, precision_report.kahan_summation
     )
-    replicas = layout.replicas(accelerator)  # chips (fsdp) or processes (data) sharing one optimizer step
-    steps_per_epoch = len(train_examples) // (config.train_batch_size * replicas)
+    steps_per_epoch = len(train_examples) // (batch_size * replicas)
     if steps_per_epoch == 0:
         raise ConfigError(
-            f"train_batch_size={config.train_batch_size}: larger than the {len(train_examples)} training examples "
+            f"train_batch_size={batch_size}: larger than the {len(train_examples)} training examples "
             f"shared by {replicas} {'chips' if layout.name == 'fsdp' else 'process(es)'}; lower it"
         )
     optimizer_steps = steps_per_epoch * config.num_epochs
@@ -78,5 +83,5 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
         raise RuntimeError(f"Accelerate's loader gives {len(train_loader)} steps per epoch, the schedule expects {steps_per_epoch}")
     return Prepared(
         model, optimizer, scheduler, train_loader, eval_loader, tokenizer, data, train_examples, collator,
-        steps_per_epoch, replicas, optimizer_steps,
+        steps_per_epoch, batch_size, replicas, optimizer_steps,
     )

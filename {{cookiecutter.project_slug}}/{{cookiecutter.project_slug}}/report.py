@@ -6,6 +6,7 @@ from pathlib import Path
 
 from . import precision
 from .devices import device_kind
+from .modeling import model_facts
 from .tasks import task
 
 {% if cookiecutter.task == "causal-lm" -%}
@@ -15,10 +16,10 @@ TASK_FIELDS = ("steady_tokens_per_second", "train_padding_fraction", "eval_perpl
 TASK_FIELDS = ("eval_accuracy", "eval_loss", "eval_examples_counted")
 {%- endif %}
 FIELDS = (
-    "device", "distributed_type", "num_processes", "epochs", "train_examples", "steady_examples_per_second",
+    "device", "distributed_type", "num_processes", "epochs", "train_examples", "train_batch", "steady_examples_per_second",
     "examples_per_second_with_compilation", "learning_rate", *TASK_FIELDS,
-    "xla_compilations", "recompilations", "compile_seconds", "compilation_cache", "precision", "data", "checkpoint",
-    "checkpoint_seconds",
+    "xla_compilations", "recompilations", "compile_seconds", "compilation_cache", "precision", "model", "data",
+    "checkpoint", "checkpoint_seconds",
 )
 
 
@@ -34,6 +35,7 @@ def run_report(accelerator, layout, prepared, run, config, precision_report, wat
         "recompilations": watch.recompilations if watch else None,
         "graphs": watch.report() if watch else None,
         "train_examples": len(prepared.train_examples),
+        "train_batch": {"per_chip": prepared.train_batch_size, "global": prepared.train_batch_size * prepared.replicas},
         **run.speeds(),
         "steady_step_seconds": watch.steady_step_seconds() if watch else None,
         # Host-side floats: the scheduler lives on the host, reading it costs no device transfer.
@@ -46,6 +48,7 @@ def run_report(accelerator, layout, prepared, run, config, precision_report, wat
         "data": prepared.data.source,
         **checkpoints.report(),
         "task": task.NAME,
+        "model": model_facts(layout.plain_model(accelerator)),
         "layout": layout.describe(accelerator, prepared.optimizer, precision.bytes_on_device(precision_report)),
         "config": asdict(config),
     }

@@ -22,7 +22,6 @@ class RunState:
     first_epoch: int = 0  # this run's first epoch (a resumed run starts where its checkpoint stopped)
     resumed_step: int = 0  # batches of first_epoch trained before the checkpoint
     resumed_loss: int = 0  # the loss those batches summed, in fixed_point's units
-    loss_sum: object = None  # this epoch's training loss so far (fixed point): a device tensor, read once per epoch
     # Counters and timing.
     train_loss: float | None = None
     evaluation: dict = field(default_factory=dict)

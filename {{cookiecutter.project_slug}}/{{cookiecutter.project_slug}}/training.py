@@ -17,8 +17,9 @@ from .callbacks import Callbacks
 from .checkpoint_schedule import Checkpoints
 from .config import TrainConfig
 from .data import wants_demo
-from .fixed_point import from_fixed, to_fixed
+from .fixed_point import from_fixed
 from .graph_watch import GraphWatch
+from .loss_guard import LossGuard
 from .parallel import layout_for
 from .preemption import Preemption
 from .preparation import prepare
@@ -96,27 +97,34 @@ def _train(accelerator, layout, model, config: TrainConfig, precision_report, an
     say = processes.say_once(accelerator)
     demo = processes.main_process_decides(accelerator, lambda: wants_demo(config))
     parts = prepare(accelerator, layout, model, config, demo, precision_report, say)
-    run = RunState(parts.steps_per_epoch, config.train_batch_size * parts.replicas, config.num_epochs)
+    run = RunState(parts.steps_per_epoch, parts.train_batch_size * parts.replicas, config.num_epochs)
     checkpoints = Checkpoints(accelerator, layout, config, say)
+    checkpoints.guard = LossGuard(
+        accelerator, precision_report.effective, config.resolved_learning_rate(demo),
+        lambda: checkpoints.last or checkpointing.latest_checkpoint(config.output_dir),
+    )
     watch = None
     if devices.uses_xla(accelerator.device) and config.watch_compilations:
         watch = GraphWatch(config.padding, config.max_recompilations, say, analysis_file)
     # In this order: the watch sees what a checkpoint compiled, and a preempted run stops after its checkpoint.
     callbacks = Callbacks(checkpoints, watch, Preemption(accelerator, checkpoints))
-    fit(accelerator, parts, run, callbacks, layout, precision.metric_dtype(precision_report), say)
+    fit(accelerator, parts, run, callbacks, checkpoints.guard, layout, precision.metric_dtype(precision_report), say)
     report = run_report(accelerator, layout, parts, run, config, precision_report, watch, checkpoints)
     return report, parts.tokenizer
 
 
-def fit(accelerator, parts, run: RunState, callbacks, layout, metric_dtype, say) -> None:
-    """The epoch loop: train, evaluate, and let the callbacks act at the end of each step and epoch."""
+def fit(accelerator, parts, run: RunState, callbacks, guard: LossGuard, layout, metric_dtype, say) -> None:
+    """The epoch loop: train, evaluate, and let the callbacks act at the end of each step and epoch.
+
+    `guard` (loss_guard.py) stops the run at its next read of the device when a loss was not finite.
+    """
     try:
         callbacks.on_fit_start(run)  # a resumed run's position comes from its checkpoint here
         run.first_learning_rate = parts.scheduler.get_last_lr()[0]
         for epoch in range(run.first_epoch, run.num_epochs):
             skip = run.begin_epoch(epoch)
             batches = layout.train_batches(accelerator, parts.train_loader, epoch, skip)
-            run.train_loss = train_epoch(accelerator, parts, run, batches, callbacks, metric_dtype)
+            run.train_loss = train_epoch(accelerator, parts, run, batches, callbacks, guard)
             run.end_training_part(skip)
             run.evaluation = evaluate(
                 accelerator, parts.model, layout.eval_batches(parts.eval_loader), metric_dtype,
@@ -130,15 +138,10 @@ def fit(accelerator, parts, run: RunState, callbacks, layout, metric_dtype, say)
         callbacks.on_fit_end(run)
 
 
-def train_epoch(accelerator, parts, run: RunState, batches, callbacks, metric_dtype) -> float:
+def train_epoch(accelerator, parts, run: RunState, batches, callbacks, guard: LossGuard) -> float:
     """One epoch's optimizer steps (a resumed epoch's remaining ones); returns its mean training loss."""
     parts.model.train()
-    loss_before = run.resumed_loss if run.step else 0
-    # The loss so far (fixed point: exact in every precision level) as data, not a graph constant; on the main
-    # process only, so that the sum over processes is it.
-    run.loss_sum = devices.device_values(
-        [loss_before if accelerator.is_main_process else 0], torch.int64, accelerator.device
-    )
+    guard.begin_epoch(run, run.resumed_loss if run.step else 0)
     # The bar is not given the loader: tqdm.auto's bar calls iter() on what it wraps, and each iter()
     # of Accelerate's XLA loader starts a prefetch thread that may finish the epoch and advance the
     # shuffle's epoch counter before the real pass starts (another data order in every run).
@@ -148,14 +151,14 @@ def train_epoch(accelerator, parts, run: RunState, batches, callbacks, metric_dt
     with bar:
         for batch in batches:
             run.last_learning_rate = parts.scheduler.get_last_lr()[0]
-            run.loss_sum += to_fixed(train_step(accelerator, parts.model, parts.optimizer, parts.scheduler, batch))
+            guard.add(train_step(accelerator, parts.model, parts.optimizer, parts.scheduler, batch))
             run.after_step()
             devices.sync(accelerator.device)
             callbacks.after_train_step(run, batch)
             bar.update()
             callbacks.at_step_boundary(run)
-    # One transfer per epoch: reading the loss every step would stall the device.
-    total = processes.sum_over_processes(accelerator, run.loss_sum).item()
+    # One transfer per epoch, the loss and the guard's counters together: reading every step would stall the device.
+    total = guard.read(run)
     return from_fixed(total) / max(run.step * accelerator.num_processes, 1)
 
 

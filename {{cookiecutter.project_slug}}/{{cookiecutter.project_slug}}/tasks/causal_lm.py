@@ -151,7 +151,7 @@ def facts(train_examples, collator, config: TrainConfig, report: dict) -> dict:
     (unpadded) tokens per example.
     """
     real = total = rows = 0
-    for batch in DataLoader(train_examples, batch_size=config.train_batch_size, collate_fn=collator, drop_last=True):
+    for batch in DataLoader(train_examples, batch_size=report["train_batch"]["per_chip"], collate_fn=collator, drop_last=True):
         real += int(batch["attention_mask"].sum())
         total += batch["attention_mask"].numel()
         rows += batch["attention_mask"].shape[0]
