@@ -1,7 +1,7 @@
 """The demo learns at any chip count: its global batch (config.DEMO_GLOBAL_BATCH) is split over the chips.
 
 At a fixed per-chip batch the demo's steps would shrink with the chips (8 chips at 16 each: 3 steps an epoch) and it
-would end untrained on a v5e-8. Here it runs the same schedule on 8 XLA CPU devices (fsdp) and in 4 gloo processes
+would end untrained on a v5e-8. Here it runs the same schedule on 8 XLA CPU devices (fsdp) and in 2 gloo processes
 (data) as on one device, and reaches the bar the one-device demo reaches (conftest.DEMO_BAR). A user's own data keep
 the per-chip batch (--train_batch_size, default the bake's answer).
 """
@@ -36,15 +36,20 @@ def test_the_per_chip_batch_is_the_demo_s_global_one_split_or_as_given():
 def test_the_demo_learns_on_eight_fsdp_devices(tmp_path):
     report, _ = train(tmp_path, *DEMO, "--parallelism", "fsdp", env=spmd_env(8))
     assert report["layout"]["mesh"] == {"fsdp": 8}
+    assert report["train_batch"] == {"per_chip": DEMO_GLOBAL_BATCH // 8, "global": DEMO_GLOBAL_BATCH}
     assert report["learning_rate"]["optimizer_steps"] == demo_steps(report)
     assert report["recompilations"] == 0 and report["xla_compilations"] == 3
     assert demo_learned(report), report
 
 
+# Two processes, not four: in one of four runs of this test with 4 forked gloo workers on this 2-core machine, a worker
+# never reached the process group's rendezvous (the others waited in gloo's connectFullMesh until the 900 s timeout).
+# Two and three workers are what test_multiprocess.py has run reliably.
 @pytest.mark.workers
-def test_the_demo_learns_in_four_data_parallel_processes(tmp_path):
-    report, _, rates = train_in_workers(tmp_path, 4, *DEMO)
-    assert report["num_processes"] == 4 and len(rates) == 4
+def test_the_demo_learns_in_two_data_parallel_processes(tmp_path):
+    report, _, rates = train_in_workers(tmp_path, 2, *DEMO)
+    assert report["num_processes"] == 2 and len(rates) == 2
+    assert report["train_batch"] == {"per_chip": DEMO_GLOBAL_BATCH // 2, "global": DEMO_GLOBAL_BATCH}
     assert report["learning_rate"]["optimizer_steps"] == demo_steps(report)
     assert all(len(process) == demo_steps(report) for process in rates.values())
     assert demo_learned(report), report

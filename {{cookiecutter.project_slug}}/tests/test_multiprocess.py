@@ -88,7 +88,7 @@ def test_the_main_process_decides_demo_or_hub_for_every_process(tmp_path, monkey
     assert rates[0] == rates[1] and len(rates[1]) == report["learning_rate"]["optimizer_steps"]
 
 
-# The default demo in several processes reaching the one-process bar: test_chip_count.py (4 processes).
+# The default demo in several processes reaching the one-process bar: test_chip_count.py.
 
 
 def hosts(tmp_path, count):
