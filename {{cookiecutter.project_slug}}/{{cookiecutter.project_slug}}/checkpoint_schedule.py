@@ -31,12 +31,12 @@ class SavePolicy:
 class Checkpoints(Callback):
     """Resumes at the start of the run, saves when due and after every epoch (unless --checkpoint false)."""
 
-    def __init__(self, accelerator, layout, config, say):
+    def __init__(self, accelerator, layout, config, say, guard):
         self.accelerator, self.layout, self.config, self.say = accelerator, layout, config, say
+        self.guard = guard  # the run's LossGuard: it reads the loss so far before a step checkpoint
         self.enabled = config.checkpoint
         self.policy = SavePolicy(config.save_steps, config.save_minutes)
         self.last = None  # the newest checkpoint this run wrote
-        self.guard = None  # the run's LossGuard, set by training.py: it reads the loss so far before a step checkpoint
         self.written, self.seconds = 0, 0.0
         self._saved_at_step = None
 

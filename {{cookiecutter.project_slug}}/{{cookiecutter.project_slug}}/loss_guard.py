@@ -12,7 +12,7 @@ newest one written before the failure (the last good one) stays on disk.
 
 import torch
 
-from . import devices, processes
+from . import checkpointing, devices, processes
 from .fixed_point import to_fixed
 
 # The vector: the epoch's loss so far (fixed point), steps seen this epoch, non-finite steps, the first of them (0: none)
@@ -30,9 +30,9 @@ class NonFiniteLoss(Exception):
 class LossGuard:
     """Sums the epoch's losses and counts the non-finite ones on the device; `read` stops the run on any."""
 
-    def __init__(self, accelerator, level: str, learning_rate: float, last_checkpoint):
+    def __init__(self, accelerator, level: str, learning_rate: float, output_dir):
         self.accelerator, self.level, self.learning_rate = accelerator, level, learning_rate
-        self.last_checkpoint = last_checkpoint  # () -> the newest checkpoint on disk, or None
+        self.output_dir = output_dir  # where the last good checkpoint is: the newest complete one (LATEST)
         self.values = None
         self.first_step = 0  # the global step before this epoch's first counted one
 
@@ -72,7 +72,7 @@ class LossGuard:
 
     def message(self, run, first: int, bad: int, steps: int) -> str:
         checked = f"{self.first_step + 1}-{self.first_step + steps}"
-        last = self.last_checkpoint()
+        last = checkpointing.latest_checkpoint(self.output_dir)
         kept = f"the last good checkpoint, kept, is {last} (--resume continues from it)" if last else (
             "no checkpoint was written before it")
         return (

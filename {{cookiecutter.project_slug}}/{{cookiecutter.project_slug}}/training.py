@@ -98,17 +98,14 @@ def _train(accelerator, layout, model, config: TrainConfig, precision_report, an
     demo = processes.main_process_decides(accelerator, lambda: wants_demo(config))
     parts = prepare(accelerator, layout, model, config, demo, precision_report, say)
     run = RunState(parts.steps_per_epoch, parts.train_batch_size * parts.replicas, config.num_epochs)
-    checkpoints = Checkpoints(accelerator, layout, config, say)
-    checkpoints.guard = LossGuard(
-        accelerator, precision_report.effective, config.resolved_learning_rate(demo),
-        lambda: checkpoints.last or checkpointing.latest_checkpoint(config.output_dir),
-    )
+    guard = LossGuard(accelerator, precision_report.effective, config.resolved_learning_rate(demo), config.output_dir)
+    checkpoints = Checkpoints(accelerator, layout, config, say, guard)
     watch = None
     if devices.uses_xla(accelerator.device) and config.watch_compilations:
         watch = GraphWatch(config.padding, config.max_recompilations, say, analysis_file)
     # In this order: the watch sees what a checkpoint compiled, and a preempted run stops after its checkpoint.
     callbacks = Callbacks(checkpoints, watch, Preemption(accelerator, checkpoints))
-    fit(accelerator, parts, run, callbacks, checkpoints.guard, layout, precision.metric_dtype(precision_report), say)
+    fit(accelerator, parts, run, callbacks, guard, layout, precision.metric_dtype(precision_report), say)
     report = run_report(accelerator, layout, parts, run, config, precision_report, watch, checkpoints)
     return report, parts.tokenizer
 
