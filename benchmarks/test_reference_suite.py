@@ -41,7 +41,11 @@ EXPECTED = {
     "test_compilation_cache_warm_run": "recompilation: compilation cache",
     "test_step_checkpoint_cost": "checkpoints",
     **{f"test_fsdp_devices[{devices}]": "fsdp: devices" for devices in (1, 2, 4)},
+    "test_lora_against_full_fine_tuning": "lora",
 }
+# The causal-LM bake's loop comparison (benchmarks/test_lm_loops.py): the project's loop against TRL's SFTTrainer.
+LM_LOOPS = ("project", "project-fsdp", "sft-as-written", "sft-runs-on-xla", "sft-tpu-example")
+LM_LOOPS_EXPECTED = {f"test_lm_loop[{loop}]": "causal-lm: loops" for loop in LM_LOOPS}
 COPIED = ("quick.json", "results.md", "summary.md", "results.png")
 
 
@@ -84,6 +88,7 @@ def test_quick_profile(baked_default, summary):
     check_fine_tuning({level: info[f"test_finetuning_level[{level}]"] for level in FINE_TUNING})
     check_loops({loop: info[name] for name, loop in LOOPS.items()})
     check_fsdp({devices: info[f"test_fsdp_devices[{devices}]"] for devices in (1, 2, 4)})
+    check_lora(info["test_lora_against_full_fine_tuning"])
     saving = info["test_step_checkpoint_cost"]
     assert saving["compilations"] == saving["compilations_epochs_only"] and saving["seconds_per_save"] > 0
     summary.append(f"suite wall time {wall:.0f} s; JSON, table and plot copied to {RESULTS}")
@@ -95,10 +100,12 @@ def test_causal_lm_quick_profile(tmp_path_factory, summary):
     project = bake_into(tmp_path_factory.mktemp("bench-causal-lm"), task="causal-lm")
     results = RESULTS / "causal-lm"
     benchmarks, stdout, wall = run_suite(project, results)
-    assert not set(FINE_TUNING_EXPECTED) - set(benchmarks), sorted(set(FINE_TUNING_EXPECTED) - set(benchmarks))
-    for name, group in FINE_TUNING_EXPECTED.items():
+    expected = {**FINE_TUNING_EXPECTED, **LM_LOOPS_EXPECTED, "test_lora_against_full_fine_tuning": "lora"}
+    assert not set(expected) - set(benchmarks), sorted(set(expected) - set(benchmarks))
+    for name, group in expected.items():
         assert benchmarks[name]["group"] == group, name
     info = {name: entry["extra_info"] for name, entry in benchmarks.items()}
+    check_lm_loops({loop: info[f"test_lm_loop[{loop}]"] for loop in LM_LOOPS})
     check_fine_tuning({level: info[f"test_finetuning_level[{level}]"] for level in FINE_TUNING})
     packing = {padding: info[f"test_packing[{padding}]"] for padding in ("fixed", "longest", "dynamic")}
     assert packing["fixed"]["train_padding_fraction"] == 0 < packing["longest"]["train_padding_fraction"]
@@ -107,8 +114,17 @@ def test_causal_lm_quick_profile(tmp_path_factory, summary):
     # Packing trains more real tokens per second than one text per row padded to the longest.
     assert packing["fixed"]["steady_tokens_per_second"] > packing["longest"]["steady_tokens_per_second"]
     check_fsdp({devices: info[f"test_fsdp_devices[{devices}]"] for devices in (1, 2, 4)})
+    check_lora(info["test_lora_against_full_fine_tuning"])
     summary.append(f"causal-lm suite wall time {wall:.0f} s; JSON, table and plot copied to {results}")
     summary.extend(suite_summary(stdout))
+
+
+def check_lora(row: dict) -> None:
+    """What the README says of LoRA: under a tenth of the parameters trained, under a tenth of the optimizer state,
+    and no graph added."""
+    assert row["trainable_parameters_lora"] < row["total_parameters_lora"] / 10
+    assert row["optimizer_bytes_per_device_lora"] < row["optimizer_bytes_per_device_full"] / 10
+    assert row["compilations_lora"] == row["compilations_full"] == 3
 
 
 def check_eval_batching(cells: dict) -> None:
@@ -172,6 +188,24 @@ def check_loops(loops: dict) -> None:
     for loop, info in loops.items():
         assert info["compilations_vs_project"] == info["compilations"] / project["compilations"], loop
         assert info["differences"], loop
+
+
+def check_lm_loops(loops: dict) -> None:
+    """The project's loop, on one device or FSDPv2 over four, compiles 3 graphs and none after warm-up; every
+    SFTTrainer set-up that trains here compiles more; one that does not says why; every row says how it differs."""
+    project = loops["project"]
+    assert project["status"] == loops["project-fsdp"]["status"] == "ok"
+    assert project["graphs"] == loops["project-fsdp"]["graphs"] == 3
+    assert project["recompilations"] == loops["project-fsdp"]["recompilations"] == 0
+    for loop, info in loops.items():
+        assert info["differences"], loop
+        if info["status"] == "ok":
+            assert info["graphs_vs_project"] == info["graphs"] / project["graphs"], loop
+            assert info["steady_tokens_per_second"] > 0, loop
+        else:
+            assert info["reason"], loop
+        if loop.startswith("sft") and info["status"] == "ok":
+            assert info["graphs"] > project["graphs"], loop
 
 
 def check_fsdp(runs: dict) -> None:

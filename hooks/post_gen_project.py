@@ -24,8 +24,12 @@ TASK_FILES = {
         f"{ANSWERS['project_slug']}/memory.py", "data/demo",
     ),
     "causal-lm": (
-        f"{ANSWERS['project_slug']}/tasks/causal_lm.py", "tests/test_causal_lm.py", "benchmarks/test_packing.py",
+        f"{ANSWERS['project_slug']}/tasks/causal_lm.py", f"{ANSWERS['project_slug']}/samples.py",
+        "tests/test_causal_lm.py", "benchmarks/test_packing.py",
+        f"{ANSWERS['project_slug']}/tasks/instructions.py", "tests/test_instructions.py", "tests/chatml_template.jinja",
         "data/demo-lm",
+        # The loop against TRL's SFTTrainer (trl: a benchmark dependency of the causal-LM bake only).
+        "benchmarks/measure_lm_loops.py", "benchmarks/test_lm_loops.py",
     ),
 }
 BENCHMARK_FILES = (

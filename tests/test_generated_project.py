@@ -14,18 +14,10 @@ def test_default_project_suite_passes(default_project):
     run_baked_tests(default_project, "tests")
 
 
-# The causal-LM bake's test files whose results depend on the task. Its other files (test_resume.py,
-# test_graph_watch.py, test_launch.py, test_loss_guard.py) are the default bake's, run there against the same loop,
-# checkpoints, watch and launchers; leaving them out here keeps `make test` within its time on two cores.
-CAUSAL_LM_TESTS = (
-    "test_causal_lm.py", "test_fsdp.py", "test_multiprocess.py", "test_notebook.py", "test_precision.py",
-    "test_cli.py", "test_environment_errors.py", "test_script.py", "test_models.py", "test_chip_count.py",
-)
-
-
 def test_causal_lm_project_suite_passes(bake):
-    """task=causal-lm: its data, model, metrics and demo, over both layouts, several processes and the notebook."""
-    run_baked_tests(bake(task="causal-lm"), *(f"tests/{name}" for name in CAUSAL_LM_TESTS))
+    """task=causal-lm: its whole suite (data, instructions, LoRA, samples, both layouts, several processes, resume,
+    the watch, launchers, the notebook and the architecture matrix) against the same loop."""
+    run_baked_tests(bake(task="causal-lm"), "tests")
 
 
 def test_notebook_runs_with_the_model_built_in_each_process(bake):

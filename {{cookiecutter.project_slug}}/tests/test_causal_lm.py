@@ -6,9 +6,11 @@ import math
 
 import pytest
 from conftest import DEMO_BAR, evaluate_on_cpu, quick, train
+from transformers import AutoTokenizer
 
-from {{ cookiecutter.project_slug }}.config import TrainConfig
+from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
 from {{ cookiecutter.project_slug }}.data import load_text_data
+from {{ cookiecutter.project_slug }}.samples import continue_greedily
 from {{ cookiecutter.project_slug }}.tasks.causal_lm import IGNORED, build_model, load_examples, pack
 
 LENGTH = 64
@@ -85,6 +87,26 @@ def test_a_run_compiles_three_graphs_and_epochs_add_none(demo_report):
     assert report["steady_tokens_per_second"] == pytest.approx(
         report["steady_examples_per_second"] * report["config"]["max_seq_length"]
     )
+
+
+@pytest.mark.xla
+def test_the_trained_model_writes_greedy_samples_generated_on_the_host(demo_report):
+    """Two continuations of eval prompts, printed and reported: the export's greedy ones, made on the CPU after the
+    run's counts (still 3 graphs), so the same folder gives the same words here."""
+    report, result = demo_report("fp32")
+    assert report["xla_compilations"] == 3
+    found = report["samples"]
+    assert len(found) == 2 and all(sample["prompt"] and sample["continuation"].strip() for sample in found)
+    for index, sample in enumerate(found, start=1):
+        assert f"sample {index}: {sample['prompt']!r} -> {sample['continuation']!r}" in result.stdout
+    tokenizer = AutoTokenizer.from_pretrained(report["exported"])
+    again = continue_greedily(report["exported"], tokenizer, [sample["prompt"] for sample in found])
+    assert again == found
+
+
+def test_samples_must_be_zero_or_more():
+    with pytest.raises(ConfigError, match="samples=-1"):
+        TrainConfig(samples=-1)
 
 
 @pytest.mark.xla

@@ -14,15 +14,19 @@ BOOLEAN_OPTIONS = [field.name for field in dataclasses.fields(TrainConfig) if fi
 
 def test_the_boolean_options_are_the_expected_ones():
     assert sorted(BOOLEAN_OPTIONS) == [
-        "checkpoint", "compilation_cache", "demo", "export", "gradient_checkpointing", "kahan_summation", "resume",
-        "watch_compilations",
+        "checkpoint", "compilation_cache", "demo", "export", "gradient_checkpointing", "kahan_summation", "merge_lora",
+        "resume", "watch_compilations",
     ]
+
+
+# Options that are errors alone, and what they need beside them.
+NEEDS = {"merge_lora": ["--lora_r", "4"]}
 
 
 @pytest.mark.parametrize("name", BOOLEAN_OPTIONS)
 @pytest.mark.parametrize(("given", "expected"), [([], True), (["true"], True), (["false"], False), (["yes"], True)])
 def test_boolean_option_takes_the_bare_flag_and_a_value(name, given, expected):
-    assert getattr(parse([f"--{name}", *given]), name) is expected
+    assert getattr(parse([*NEEDS.get(name, []), f"--{name}", *given]), name) is expected
 
 
 @pytest.fixture(scope="module")

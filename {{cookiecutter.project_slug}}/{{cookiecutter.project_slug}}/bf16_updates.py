@@ -21,15 +21,16 @@ def lost_above(learning_rate: float) -> float:
 
 
 def updates_at_risk(model, learning_rate: float) -> dict:
-    """The fraction of weight elements whose every AdamW step rounds away, counted on the host (no graph).
+    """The fraction of trained weight elements whose every AdamW step rounds away, counted on the host (no graph).
 
-    Called on the model before it is placed, so it compiles nothing and reads nothing back from a device.
+    Called on the model before it is placed, so it compiles nothing and reads nothing back from a device. Frozen
+    weights (a LoRA base) get no update to lose, so only the trainable ones count.
     """
     threshold = lost_above(learning_rate)
     lost = total = 0
     with torch.no_grad():
         for parameter in model.parameters():
-            if parameter.is_floating_point():
+            if parameter.is_floating_point() and parameter.requires_grad:
                 lost += int((parameter.detach().abs() >= threshold).sum())
                 total += parameter.numel()
     return {"learning_rate": learning_rate, "weights_at_or_above": threshold,

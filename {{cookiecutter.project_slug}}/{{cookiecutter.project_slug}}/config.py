@@ -31,6 +31,7 @@ TRAIN_BATCH_SIZE = {{ cookiecutter.train_batch_size }}  # per chip, the bake's a
 # The demo's global batch, split over the chips: its schedule (steps, learning rate) is the same on one chip and on
 # eight, so it learns the same. At 16 per chip a v5e-8's global batch of 128 would give the demo 3 steps an epoch.
 DEMO_GLOBAL_BATCH = 16
+LORA_DROPOUT = 0.05  # the default dropout on LoRA adapters' input (--lora_dropout)
 
 
 def switch(default: bool | None, help: str):
@@ -142,6 +143,30 @@ class TrainConfig:
         False, "Recompute each layer's activations in the backward pass instead of keeping them (less memory, more time)."
     )
     export: bool = switch(True, "At the end, write the model and tokenizer to OUTPUT_DIR/model with save_pretrained.")
+    # LoRA (lora.py): adapters on a frozen base instead of full fine-tuning. The others need lora_r.
+    lora_r: int | None = field(
+        default=None,
+        metadata={"help": "Train LoRA adapters of this rank (peft) on a frozen base: only they (and a classifier's "
+                          "head) get optimizer state and go into checkpoints. Default: full fine-tuning."},
+    )
+    lora_alpha: float | None = field(default=None, metadata={"help": "LoRA scaling numerator (scale alpha/r). Default: 2 x lora_r."})
+    lora_dropout: float | None = field(default=None, metadata={"help": f"Dropout on the adapters' input. Default: {LORA_DROPOUT}."})
+    lora_target_modules: str | None = field(
+        default=None,
+        metadata={"help": "Comma-separated names of the layers to adapt (query,value). Default: peft's for the model "
+                          "type (BERT: query,value; Llama: q_proj,v_proj)."},
+    )
+    merge_lora: bool = switch(
+        False, "With lora_r: the export also writes OUTPUT_DIR/model-merged, the adapters merged into the base "
+        "(a plain model: from_pretrained loads it without peft)."
+    )
+{%- if cookiecutter.task == "causal-lm" %}
+    samples: int = field(
+        default=2,
+        metadata={"help": "After the export, print this many greedy continuations of eval prompts, generated on the "
+                          "host's CPU from the exported model (nothing compiled on the device). 0: none."},
+    )
+{%- endif %}
     max_recompilations: int | None = field(
         default=None,
         metadata={"help": "Stop the run (exit status 2) at the next recompilation past this many. Default: no limit."},
@@ -179,6 +204,10 @@ class TrainConfig:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name}={value!r}: must be a positive whole number")
+{%- if cookiecutter.task == "causal-lm" %}
+        if not isinstance(self.samples, int) or isinstance(self.samples, bool) or self.samples < 0:
+            raise ConfigError(f"samples={self.samples!r}: must be 0 or a positive whole number")
+{%- endif %}
         for name in ("save_steps", "keep_checkpoints"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
@@ -203,6 +232,32 @@ class TrainConfig:
             raise ConfigError("fsdp_layer_class is for parallelism='fsdp' only")
         if self.padding not in PADDING_MODES:
             raise ConfigError(f"padding={self.padding!r}: must be one of {', '.join(PADDING_MODES)}")
+        self._check_lora()
+
+    def _check_lora(self):
+        if self.lora_r is None:
+            for name in ("lora_alpha", "lora_dropout", "lora_target_modules", "merge_lora"):
+                if getattr(self, name) not in (None, False):
+                    raise ConfigError(f"{name}={getattr(self, name)!r} is for LoRA: set lora_r too (or leave {name} out)")
+            return
+        if not isinstance(self.lora_r, int) or isinstance(self.lora_r, bool) or self.lora_r < 1:
+            raise ConfigError(f"lora_r={self.lora_r!r}: must be a positive whole number (the adapters' rank)")
+        if self.lora_alpha is not None and not self.lora_alpha > 0:
+            raise ConfigError(f"lora_alpha={self.lora_alpha!r}: must be a positive number")
+        if self.lora_dropout is not None and not 0 <= self.lora_dropout < 1:
+            raise ConfigError(f"lora_dropout={self.lora_dropout!r}: must be at least 0 and below 1")
+        if self.lora_target_modules is not None and not [n for n in self.lora_target_modules.split(",") if n.strip()]:
+            raise ConfigError(f"lora_target_modules={self.lora_target_modules!r}: must name layers, comma-separated")
+        if self.merge_lora and not self.export:
+            raise ConfigError("merge_lora=True: merging happens at the export; it needs export=true")
+
+    @property
+    def resolved_lora_alpha(self) -> float:
+        return self.lora_alpha if self.lora_alpha is not None else 2 * self.lora_r
+
+    @property
+    def resolved_lora_dropout(self) -> float:
+        return self.lora_dropout if self.lora_dropout is not None else LORA_DROPOUT
 
 
 class ConfigError(ValueError):

@@ -3,6 +3,10 @@
 Local files are checked row by row before any training starts, so that a bad file
 fails with its name, its line and the problem instead of deep inside a data loader. The text columns are
 checked here; what else a task reads (a classifier's labels) its module checks, through `TaskChecks`.
+
+A causal LM also trains on instruction data: the format is recognised from a file's columns (`example_format`):
+a `text` column, `prompt` and `completion` columns, or a `messages` column (chat turns, JSON lines only).
+tasks/instructions.py turns each format into tokens and labels.
 """
 
 import csv
@@ -23,6 +27,11 @@ class DataProblem(ValueError):
     """A data file that cannot be trained on; the message names the file, line and problem."""
 
 
+# The causal LM's example formats (tasks/instructions.py): the columns each one reads, checked as text here.
+TEXT, PROMPT_COMPLETION, MESSAGES = "text", "prompt-completion", "messages"
+FORMATS_ALLOWED = "a 'text' column, 'prompt' and 'completion' columns, or a 'messages' column (chat)"
+
+
 @dataclass
 class TextData:
     train: datasets.Dataset
@@ -30,6 +39,7 @@ class TextData:
     text_column: str
     text_pair_column: str | None
     source: str
+    format: str = TEXT  # TEXT, PROMPT_COMPLETION or MESSAGES; only a causal LM asks for the latter two
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,70 @@ class TaskChecks:
 def no_column(name: str, columns) -> str:
     """A missing column, said the same way for a file's row and a hub split (and by the task's checks)."""
     return f"no column {name!r} (columns: {', '.join(map(str, columns))})"
+
+
+def example_format(columns, text_column: str | None) -> str | None:
+    """The format that `columns` hold, or None: a --text_column given wins, then messages, prompt + completion, text."""
+    if text_column:
+        return TEXT
+    if "messages" in columns:
+        return MESSAGES
+    if "prompt" in columns and "completion" in columns:
+        return PROMPT_COMPLETION
+    return TEXT if "text" in columns else None
+
+
+def format_columns(data_format: str, text_column: str | None) -> list[str]:
+    """The columns checked as text; `messages` holds turns, checked by `messages_problem` instead."""
+    return {TEXT: [text_column or "text"], PROMPT_COMPLETION: ["prompt", "completion"], MESSAGES: []}[data_format]
+
+
+def messages_problem(row: dict) -> str | None:
+    """What is wrong with a row's chat turns (a list of {role, content} with an assistant turn), or None."""
+    if "messages" not in row:
+        return no_column("messages", row)
+    messages = row["messages"]
+    if isinstance(messages, str):
+        return "column 'messages' holds text, not a list of turns: chat data needs a JSON lines file"
+    if not isinstance(messages, list) or not messages:
+        return 'column \'messages\' must be a non-empty list of {"role": ..., "content": ...} objects'
+    for index, message in enumerate(messages):
+        if not (isinstance(message, dict) and isinstance(message.get("role"), str) and isinstance(message.get("content"), str)):
+            return f"column 'messages' turn {index}: must be an object with text 'role' and 'content', not {str(message)[:60]}"
+    if not any(message["role"] == "assistant" for message in messages):
+        roles = ", ".join(dict.fromkeys(message["role"] for message in messages))
+        return f"column 'messages': no 'assistant' turn to train on (roles: {roles})"
+    return None
+
+
+def row_texts(row: dict, text_column: str | None) -> list[str]:
+    """The text a row holds in its format, as written: what the demo's tokenizer builds its vocabulary from."""
+    data_format = example_format(row, text_column)
+    if data_format == MESSAGES and isinstance(row["messages"], list):
+        values = [turn.get(key) for turn in row["messages"] if isinstance(turn, dict) for key in ("role", "content")]
+    elif data_format == PROMPT_COMPLETION:
+        values = [row["prompt"], row["completion"]]
+    else:
+        values = [row.get(text_column or "text")]
+    return [value for value in values if isinstance(value, str)]
+
+
+def file_format(path, text_column: str | None) -> str:
+    """The format of a local file, from its first row's columns; refused, naming what is allowed, if none."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataProblem(f"{path}: file not found")
+    try:
+        first = next(rows(path), None)
+    except UnicodeDecodeError:
+        raise DataProblem(f"{path}: not UTF-8 text") from None
+    if first is None:
+        raise DataProblem(f"{path}: no examples (empty file or header only)")
+    line, row = first
+    found = example_format(row, text_column)
+    if found is None:
+        raise DataProblem(f"{path} line {line}: {no_column('text', row)}; a causal LM trains on {FORMATS_ALLOWED}")
+    return found
 
 
 def wants_demo(config: TrainConfig) -> bool:
@@ -151,11 +225,26 @@ def _checked_lines(path: Path, columns: list[str], checks: TaskChecks | None) ->
     return lines
 
 
-def _load_files(files: dict, text_column: str, pair_column: str | None, checks: TaskChecks | None, source: str):
-    columns = [text_column] + ([pair_column] if pair_column else [])
+def _load_files(
+    files: dict, text_column: str | None, pair_column: str | None, checks: TaskChecks | None, source: str,
+    formats: bool = False,
+):
+    data_format = TEXT
+    if formats:  # a causal LM: the format its files hold, one for both
+        found = {split: file_format(path, text_column) for split, path in files.items()}
+        if found["train"] != found["eval"]:
+            raise DataProblem(f"{files['eval']}: {found['eval']} examples, but {files['train']} holds {found['train']} "
+                              f"examples; give both files one format ({FORMATS_ALLOWED})")
+        data_format = found["train"]
+        if data_format == MESSAGES:
+            task_row = checks.row if checks else (lambda row: None)
+            checks = TaskChecks(row=lambda row: messages_problem(row) or task_row(row),
+                                split=checks.split if checks else (lambda split: None))
+    columns = format_columns(data_format, text_column) + ([pair_column] if pair_column else [])
     # One load per file, so that a CSV train file can go with a JSON lines eval file.
     loaded = {split: read_checked(path, columns, checks) for split, path in files.items()}
-    return TextData(loaded["train"], loaded["eval"], text_column, pair_column, source)
+    main_column = {TEXT: text_column or "text", PROMPT_COMPLETION: "prompt", MESSAGES: "messages"}[data_format]
+    return TextData(loaded["train"], loaded["eval"], main_column, pair_column, source, data_format)
 
 
 def uses_files(config: TrainConfig) -> bool:
@@ -163,18 +252,20 @@ def uses_files(config: TrainConfig) -> bool:
 
 
 def load_text_data(
-    config: TrainConfig, demo: bool, pair_column: str | None = None, checks: TaskChecks | None = None
+    config: TrainConfig, demo: bool, pair_column: str | None = None, checks: TaskChecks | None = None,
+    formats: bool = False,
 ) -> TextData:
     """The train and eval examples, refused unless `checks` (the task's) pass: the user's files, the demo's, or
-    the hub's. `pair_column`: a second text column, checked like the first (a hub data set's sentence2 if unset)."""
+    the hub's. `pair_column`: a second text column, checked like the first (a hub data set's sentence2 if unset).
+    `formats`: recognise instruction data (prompt/completion, messages) from the columns, as a causal LM does."""
     # The user's own files win over the shipped demo data: --demo with --train_file trains the demo model on them.
     if uses_files(config):
         if not (config.train_file and config.eval_file):
             raise DataProblem("train_file and eval_file: give both local files (CSV or JSON lines)")
         files = {"train": config.train_file, "eval": config.eval_file}
-        return _load_files(files, config.text_column or "text", pair_column, checks, "files")
+        return _load_files(files, config.text_column, pair_column, checks, "files", formats)
     if demo:
-        return _load_files(DEMO_FILES, config.text_column or "text", pair_column, checks, "demo")
+        return _load_files(DEMO_FILES, config.text_column, pair_column, checks, "demo", formats)
     loaded = load_hub_dataset(config.dataset)
     if "train" not in loaded:
         raise DataProblem(f"dataset={config.dataset!r}: no train split (splits: {', '.join(loaded)})")
@@ -185,7 +276,12 @@ def load_text_data(
         problem = checks.split(loaded[split])
         if problem:
             raise DataProblem(f"dataset={config.dataset!r} split {split!r}: {problem}")
-    text_column = config.text_column or ("sentence1" if "sentence1" in loaded["train"].column_names else "text")
-    pair = pair_column or ("sentence2" if "sentence2" in loaded["train"].column_names else None)
+    names = loaded["train"].column_names
+    data_format = example_format(names, config.text_column) if formats else TEXT
+    if data_format in (PROMPT_COMPLETION, MESSAGES):  # a hub data set of instructions: its rows are not checked here
+        main_column = "prompt" if data_format == PROMPT_COMPLETION else "messages"
+        return TextData(loaded["train"], loaded[eval_split], main_column, None, config.dataset, data_format)
+    text_column = config.text_column or ("sentence1" if "sentence1" in names else "text")
+    pair = pair_column or ("sentence2" if "sentence2" in names else None)
     return TextData(loaded["train"], loaded[eval_split], text_column, pair, config.dataset)
 

@@ -6,7 +6,7 @@ The task (tasks/) says how examples are loaded and batched and which model is bu
 
 from dataclasses import dataclass
 
-from . import batching, bf16_updates, precision
+from . import batching, bf16_updates, lora, precision
 from .config import DEMO_GLOBAL_BATCH, ConfigError, TrainConfig
 from .modeling import make_graph_friendly
 from .processes import main_process_first
@@ -36,7 +36,7 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
         data, tokenizer, train_examples, eval_examples = task.load_examples(config, demo)
     if model is None:
         model = task.build_model(config, demo, vocab_size=len(tokenizer))
-    model = make_graph_friendly(model)
+    model = lora.add_adapters(make_graph_friendly(model), config)  # unchanged without lora_r
     learning_rate = config.resolved_learning_rate(demo)
     if precision_report.effective.startswith("pure-") and not precision_report.kahan_summation:
         precision_report.updates_at_risk = bf16_updates.updates_at_risk(model, learning_rate)
@@ -58,8 +58,9 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
     eval_loader = batching.eval_loader(
         eval_examples, collator, config.eval_batch_size * per_loader, layout.loader_shards(accelerator)
     )
+    # Trainable parameters only: with LoRA the frozen base gets no optimizer state (lora.py).
     optimizer = bf16_updates.make_optimizer(
-        model.parameters(), learning_rate, config.weight_decay, precision_report.kahan_summation
+        lora.trainable_parameters(model), learning_rate, config.weight_decay, precision_report.kahan_summation
     )
     steps_per_epoch = len(train_examples) // (batch_size * replicas)
     if steps_per_epoch == 0:

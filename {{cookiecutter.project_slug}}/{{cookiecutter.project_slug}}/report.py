@@ -4,7 +4,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from . import precision
+from . import lora, precision
 from .devices import device_kind
 from .modeling import model_facts
 from .tasks import task
@@ -18,7 +18,7 @@ TASK_FIELDS = ("eval_accuracy", "eval_loss", "eval_examples_counted")
 FIELDS = (
     "device", "distributed_type", "num_processes", "epochs", "train_examples", "train_batch", "steady_examples_per_second",
     "examples_per_second_with_compilation", "learning_rate", *TASK_FIELDS,
-    "xla_compilations", "recompilations", "compile_seconds", "compilation_cache", "precision", "model", "data",
+    "xla_compilations", "recompilations", "compile_seconds", "compilation_cache", "precision", "model", "parameters", "data",
     "checkpoint", "checkpoint_seconds",
 )
 
@@ -52,6 +52,14 @@ def run_report(accelerator, layout, prepared, run, config, precision_report, wat
         "layout": layout.describe(accelerator, prepared.optimizer, precision.bytes_on_device(precision_report)),
         "config": asdict(config),
     }
+    # Trainable vs total elements, and the optimizer state one device holds: the layout's count (data: the whole
+    # state of the trainable parameters, on every device; fsdp: the largest device's shards, from the index ranges
+    # torch_xla reports for each state tensor's shard, not the whole divided by the device count).
+    report["parameters"] = {
+        **lora.parameter_counts(layout.plain_model(accelerator)),
+        "optimizer_state_bytes_per_device": report["layout"]["optimizer_bytes_per_device"],
+    }
+    report["lora"] = lora.report(config, layout.plain_model(accelerator))
     report.update(task.facts(prepared.train_examples, prepared.collator, config, report))
     return report
 

@@ -4,7 +4,7 @@ from collections import Counter
 from pathlib import Path
 
 from .config import TrainConfig
-from .data import DEMO_FILES, DataProblem, rows, uses_files
+from .data import DEMO_FILES, DataProblem, row_texts, rows, uses_files
 from .hub import from_hub_or_folder
 
 DEMO_VOCAB_SIZE = 800
@@ -50,8 +50,8 @@ def load_tokenizer(config: TrainConfig, demo: bool):
         path = Path(config.train_file) if uses_files(config) and config.train_file else DEMO_FILES["train"]
         if not path.is_file():
             raise DataProblem(f"{path}: file not found")
-        column = config.text_column or "text"
-        texts = [row[column] for _, row in rows(path) if isinstance(row.get(column), str)]
+        # A text column's texts, or an instruction file's prompts and completions (chat: roles and contents).
+        texts = [text for _, row in rows(path) for text in row_texts(row, config.text_column)]
         return train_demo_tokenizer(texts)
     from transformers import AutoTokenizer
 

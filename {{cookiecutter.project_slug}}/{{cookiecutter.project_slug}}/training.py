@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from . import checkpointing, compilations, compile_analysis, devices, environment, precision, processes
+from . import checkpointing, compilations, compile_analysis, devices, environment, lora, precision, processes{% if cookiecutter.task == "causal-lm" %}, samples{% endif %}
 from .batching import VALID, shuffle_config
 from .callbacks import Callbacks
 from .checkpoint_schedule import Checkpoints
@@ -56,7 +56,7 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
     processes.quiet_unless_main(accelerator)
     with compilations.counting_compilations() as compiled:
         precision_report = precision.realise(level, accelerator.device, config.kahan_summation)
-        report, tokenizer = _train(accelerator, layout, model, config, precision_report, analysis_file)
+        report, tokenizer, data = _train(accelerator, layout, model, config, precision_report, analysis_file)
     report.update(
         xla_compilations=compiled["compilations"],
         compile_seconds=compiled["compile_seconds"],
@@ -68,10 +68,21 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
     )
     if config.export:
         # After the counting: gathering the weights to the host is not part of training's transfers.
-        report["exported"] = export(accelerator, layout, tokenizer, config.export_dir)
+        report["exported"] = export(accelerator, layout, tokenizer, config.export_dir, config.merge_lora)
+{%- if cookiecutter.task == "causal-lm" %}
+    if config.export and config.samples and accelerator.is_main_process:
+        # From the exported folder, on the host: generation compiles nothing on the device (samples.py).
+        report["samples"] = samples.continue_greedily(
+            report["exported"], tokenizer, samples.eval_prompts(data, tokenizer, config.samples)
+        )
+{%- endif %}
     if accelerator.is_main_process:
         write_report(report, config.report_path)
         print(format_table(report))
+{%- if cookiecutter.task == "causal-lm" %}
+        if report.get("samples"):
+            print(samples.show(report["samples"]))
+{%- endif %}
     processes.barrier(accelerator)
     # The trained model, optimizer and loaders are released while the process group still exists: DDP's reducer
     # holds the group, and torch's gloo group, destroyed after Accelerate's end_training destroyed the group, can
@@ -82,18 +93,25 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
     return report
 
 
-def export(accelerator, layout, tokenizer, folder: Path) -> str:
-    """The trained model as `save_pretrained` writes it (plain names, CPU tensors): `from_pretrained` loads it anywhere."""
+def export(accelerator, layout, tokenizer, folder: Path, merge_lora: bool = False) -> str:
+    """The trained model as `save_pretrained` writes it (plain names, CPU tensors): `from_pretrained` loads it anywhere.
+
+    With LoRA the folder is peft's adapter folder (with `merge_lora` also a merged model beside it: lora.py).
+    """
     weights = layout.host_state_dict(accelerator)  # every process takes part (a sharded model is gathered)
     if accelerator.is_main_process:
-        layout.plain_model(accelerator).save_pretrained(folder, state_dict=weights)
-        tokenizer.save_pretrained(folder)
+        model = layout.plain_model(accelerator)
+        if hasattr(model, "peft_config"):
+            lora.export_adapters(model, weights, tokenizer, folder, merge_lora)
+        else:
+            model.save_pretrained(folder, state_dict=weights)
+            tokenizer.save_pretrained(folder)
     processes.barrier(accelerator)
     return str(folder)
 
 
 def _train(accelerator, layout, model, config: TrainConfig, precision_report, analysis_file=None):
-    """(report, tokenizer): build the run's parts and state, its callbacks, and fit."""
+    """(report, tokenizer, data): build the run's parts and state, its callbacks, and fit."""
     say = processes.say_once(accelerator)
     demo = processes.main_process_decides(accelerator, lambda: wants_demo(config))
     parts = prepare(accelerator, layout, model, config, demo, precision_report, say)
@@ -107,7 +125,7 @@ def _train(accelerator, layout, model, config: TrainConfig, precision_report, an
     callbacks = Callbacks(checkpoints, watch, Preemption(accelerator, checkpoints))
     fit(accelerator, parts, run, callbacks, guard, layout, precision.metric_dtype(precision_report), say)
     report = run_report(accelerator, layout, parts, run, config, precision_report, watch, checkpoints)
-    return report, parts.tokenizer
+    return report, parts.tokenizer, parts.data
 
 
 def fit(accelerator, parts, run: RunState, callbacks, guard: LossGuard, layout, metric_dtype, say) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from ..devices import uses_xla
+from ..lora import trainable_state
 from ..modeling import enable_gradient_checkpointing
 
 
@@ -52,6 +53,8 @@ class DataParallel:
                 # Accelerate's XLA loader wrapper lacks `.dataset`, which its own save_state reads.
                 loader.dataset = original.dataset
         self.model = prepared[0]
+        if self.config.lora_r is not None:
+            accelerator.register_save_state_pre_hook(_trained_weights_only)
         return prepared
 
     def train_batches(self, accelerator, train_loader, epoch: int, skip: int):
@@ -89,7 +92,11 @@ class DataParallel:
         torch.save(states, states_file)
 
     def load_state(self, accelerator, folder: Path) -> None:
-        accelerator.load_state(str(folder))
+        if self.config.lora_r is None:
+            accelerator.load_state(str(folder))
+            return
+        # A LoRA checkpoint holds the trained weights only; the frozen base is already in place (built as before).
+        accelerator.load_state(str(folder), strict=False)
 
     def release(self) -> None:
         self.model = None
@@ -119,3 +126,12 @@ class DataParallel:
             "optimizer_bytes_by_device": [state] * accelerator.num_processes,
             "bytes_from": "elements of the replica (every device holds all of it)",
         }
+
+
+def _trained_weights_only(models, weights, output_dir) -> None:
+    """Accelerate's save-state hook under LoRA: each model's saved weights cut down to its trainable ones (lora.py).
+
+    `weights[i]` is models[i]'s state dict under the prepared (possibly DDP-wrapped) model's names.
+    """
+    for index, model in enumerate(models):
+        weights[index] = trainable_state(model, weights[index])

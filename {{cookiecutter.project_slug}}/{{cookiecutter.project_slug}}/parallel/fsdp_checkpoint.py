@@ -17,7 +17,11 @@ HOST_STATE = "host_state.pt"  # scheduler and random states, the same on every h
 
 def _state(model, optimizer) -> dict:
     # keep_vars: the parameters themselves, so that loading writes into them and keeps their sharding.
-    return {"model": model.state_dict(keep_vars=True), "optimizer": optimizer.state_dict()}
+    weights = model.state_dict(keep_vars=True)
+    if any(not parameter.requires_grad for parameter in model.parameters()):
+        # LoRA (lora.py): a frozen base is not saved, only what trains; the base comes back from where it was built.
+        weights = {name: tensor for name, tensor in weights.items() if tensor.requires_grad}
+    return {"model": weights, "optimizer": optimizer.state_dict()}
 
 
 def save_sharded(model, optimizer, scheduler, folder: Path, main_process: bool) -> None:

@@ -7,6 +7,10 @@ token has no prediction in it: the counted tokens are each block's length minus 
 
 padding="longest" (one text per row, all padded to the longest row) and "dynamic" (one text per row, padded per
 batch) exist to measure what packing saves.
+
+Instruction data (prompt/completion or chat messages, tasks/instructions.py) is packed the same way, with its
+labels: -100 on prompts and user turns, so only the answers (and each example's EOS) are scored. Each example's
+tokens are in the stream once; a block may start or end inside an example.
 """
 
 import math
@@ -22,9 +26,10 @@ from ..fixed_point import from_fixed, to_fixed
 from ..hub import from_hub_or_folder
 from ..modeling import ATTENTION
 from ..tokenizer import load_tokenizer
+from . import instructions
+from .instructions import IGNORED
 
 NAME = "causal-lm"
-IGNORED = -100  # labels the loss skips: padding
 DEMO_SHAPE = {
     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
     "num_key_value_heads": 2,
@@ -33,55 +38,75 @@ COUNTS = ("blocks", "tokens", "loss")  # what evaluation sums on the device, all
 AUTO_MODEL = AutoModelForCausalLM  # what loads an exported model (outputs/model)
 
 
-def _token_rows(texts, tokenizer, max_length: int | None) -> list[list[int]]:
-    """Each text's ids followed by EOS (cut to max_length when given), no other special tokens."""
-    ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-    rows = [row + [tokenizer.eos_token_id] for row in ids]
-    return [row[:max_length] for row in rows] if max_length else rows
-
-
 def pack(texts, tokenizer, length: int, keep_last: bool) -> datasets.Dataset:
-    """Blocks of exactly `length` tokens cut from all texts joined; the short last one padded and masked, or dropped."""
-    stream = [token for row in _token_rows(texts, tokenizer, None) for token in row]
-    blocks = [stream[start:start + length] for start in range(0, len(stream), length)]
-    if blocks and len(blocks[-1]) < length and not keep_last:
-        blocks.pop()
-    return datasets.Dataset.from_dict(_padded(blocks, length, tokenizer.pad_token_id))
+    """Plain texts packed (see pack_examples): keep_last for evaluation, whole blocks only for training."""
+    examples = instructions.text_examples(texts, tokenizer)
+    return pack_examples(examples, length, tokenizer.pad_token_id, train=not keep_last)
+
+
+def pack_examples(examples, length: int, pad_id: int, train: bool) -> datasets.Dataset:
+    """Blocks of exactly `length` tokens cut from all examples' (ids, labels) joined.
+
+    Evaluation keeps the short last block, padded and masked. Training drops it, and drops every block with no
+    scored token: transformers' causal-LM loss is the mean over the labelled targets, and a block (or a whole
+    batch of them) of prompts only would make it 0/0 = NaN, which the loss guard stops the run on. (A block's
+    first label is no target: the loss shifts the labels by one.)
+    """
+    ids = [token for row, _ in examples for token in row]
+    labels = [label for _, row in examples for label in row]
+    blocks = [(ids[start:start + length], labels[start:start + length]) for start in range(0, len(ids), length)]
+    if train:
+        blocks = [block for block in blocks if len(block[0]) == length and _scores_something(block[1])]
+    return datasets.Dataset.from_dict(_padded(blocks, length, pad_id))
+
+
+def _scores_something(labels) -> bool:
+    return any(label != IGNORED for label in labels[1:])
 
 
 def _padded(rows, length: int, pad_id: int) -> dict:
-    """input_ids, attention_mask and labels, each row padded to `length` (padding masked, labels -100)."""
+    """input_ids, attention_mask and labels of (ids, labels) rows, each padded to `length` (masked, labels -100)."""
     columns = {"input_ids": [], "attention_mask": [], "labels": []}
-    for row in rows:
-        missing = length - len(row)
-        columns["input_ids"].append(row + [pad_id] * missing)
-        columns["attention_mask"].append([1] * len(row) + [0] * missing)
-        columns["labels"].append(row + [IGNORED] * missing)
+    for ids, labels in rows:
+        missing = length - len(ids)
+        columns["input_ids"].append(ids + [pad_id] * missing)
+        columns["attention_mask"].append([1] * len(ids) + [0] * missing)
+        columns["labels"].append(labels + [IGNORED] * missing)
     return columns
 
 
 def load_examples(config: TrainConfig, demo: bool):
     """(data, tokenizer, train examples, eval examples): packed blocks, or one text per row for the other paddings."""
-    data = load_text_data(config, demo)
+    data = load_text_data(config, demo, formats=True)
     tokenizer = load_tokenizer(config, demo)
     if tokenizer.eos_token is None:  # the demo's WordPiece tokenizer: its separator ends a text
         tokenizer.eos_token = tokenizer.sep_token
     if tokenizer.pad_token is None:  # Llama-style tokenizers have none; padding is masked anyway
         tokenizer.pad_token = tokenizer.eos_token
-    texts = {split: [text for text in getattr(data, split)[data.text_column] if text.strip()] for split in ("train", "eval")}
+    if demo and not tokenizer.chat_template:  # so that the demo model can train on chat `messages` too
+        tokenizer.chat_template = instructions.demo_chat_template()
+    examples = {split: instructions.examples(getattr(data, split), data.format, data.text_column, tokenizer, split)
+                for split in ("train", "eval")}
     length = config.max_seq_length
     if config.padding == "fixed":
-        train = pack(texts["train"], tokenizer, length, keep_last=False)
-        evaluation = pack(texts["eval"], tokenizer, length, keep_last=True)
+        train = pack_examples(examples["train"], length, tokenizer.pad_token_id, train=True)
+        evaluation = pack_examples(examples["eval"], length, tokenizer.pad_token_id, train=False)
     else:
-        rows = {split: _token_rows(split_texts, tokenizer, length) for split, split_texts in texts.items()}
+        # One example per row, cut to max_seq_length; a training row left with no scored token (a prompt longer
+        # than max_seq_length) is dropped, for the same reason as pack_examples drops such blocks.
+        rows = {split: [(ids[:length], labels[:length]) for ids, labels in split_examples]
+                for split, split_examples in examples.items()}
+        rows["train"] = [row for row in rows["train"] if _scores_something(row[1])]
         if config.padding == "longest":  # every row as long as the longest one: one shape, no packing
-            length = max(len(row) for split_rows in rows.values() for row in split_rows)
+            length = max(len(ids) for split_rows in rows.values() for ids, _ in split_rows)
             train, evaluation = (datasets.Dataset.from_dict(_padded(rows[split], length, tokenizer.pad_token_id))
                                  for split in ("train", "eval"))
-        else:  # dynamic: the collator pads each batch to its longest row
-            train, evaluation = (datasets.Dataset.from_dict({"input_ids": rows[split], "labels": rows[split]})
-                                 for split in ("train", "eval"))
+        else:  # dynamic: the collator pads each batch to its longest row (labels with -100)
+            train, evaluation = (
+                datasets.Dataset.from_dict({"input_ids": [ids for ids, _ in rows[split]],
+                                            "labels": [labels for _, labels in rows[split]]})
+                for split in ("train", "eval")
+            )
     if config.max_train_examples:
         train = train.select(range(min(config.max_train_examples, len(train))))
     return data, tokenizer, train, evaluation

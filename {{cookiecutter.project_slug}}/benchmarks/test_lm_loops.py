@@ -1,0 +1,50 @@
+"""The causal-LM loop against TRL's SFTTrainer on one workload (measure_lm_loops.py): graphs, recompilations and
+their causes, compile seconds, steady tokens per second and wall seconds, with ratios to the project's loop.
+
+A row whose configuration does not run on XLA here records its error and still passes: that is its measurement.
+"""
+
+import math
+
+import pytest
+
+from .measure_lm_loops import LOOPS, measure, ratios
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory) -> dict:
+    # Imported once here, in the parent that never touches a device, for every forked row to inherit (2 s each).
+    from trl import SFTConfig, SFTTrainer  # noqa: F401
+
+    return {"folder": tmp_path_factory.mktemp("lm-loops")}
+
+
+def project_row(profile, rows) -> dict:
+    """The project's row, measured first (or now, when a selection left it out)."""
+    if "project" not in rows:
+        rows["project"] = measure("project", profile, str(rows["folder"] / "project"))
+    return rows["project"]
+
+
+@pytest.mark.benchmark(group="causal-lm: loops")
+@pytest.mark.parametrize("loop", list(LOOPS))
+def test_lm_loop(benchmark, profile, rows, loop):
+    folder = str(rows["folder"] / loop)
+    result = benchmark.pedantic(measure, args=(loop, profile, folder), rounds=1, iterations=1)
+    rows[loop] = result
+    project = project_row(profile, rows)
+    benchmark.extra_info.update(result, headline="graphs", **ratios(result, project))
+    assert project["status"] == "ok", project.get("reason")
+    if loop.startswith("project"):
+        assert result["status"] == "ok", result.get("reason")
+        assert result["recompilations"] == 0 and result["recompilation_causes"] == "none", result
+        assert result["graphs"] == project["graphs"] == 3  # train step, eval step, the epoch's reads
+        assert result["steady_tokens_per_second"] > 0
+        # FSDPv2 over 4 devices trains the same blocks to the same loss as one device.
+        assert abs(result["eval_loss"] - project["eval_loss"]) < 1e-4
+    elif result["status"] == "ok":
+        assert result["optimizer_steps"] == project["optimizer_steps"]  # the same work
+        assert math.isfinite(result["eval_loss"])
+        assert result["graphs"] > project["graphs"], result
+    else:
+        assert result["reason"], result  # what failed, in one line, instead of a missing row

@@ -1,0 +1,166 @@
+"""LoRA (--lora_r): adapters on a frozen base, in both layouts, with the graphs, checkpoints, resume and export of
+full fine-tuning.
+
+One data-layout run of 2 epochs (float32, so that "the same" means bit for bit) is shared by most tests; one fsdp
+run of 1 epoch on 2 SPMD devices checks the sharded layout.
+"""
+
+import json
+import shutil
+
+import pytest
+import torch
+from conftest import TASK, quick, spmd_env, train
+
+from {{ cookiecutter.project_slug }}.checkpointing import LATEST
+from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
+from {{ cookiecutter.project_slug }}.tasks import task
+
+LORA = ["--lora_r", "4", "--mixed_precision", "no"]
+DATA_RUN = quick("--num_epochs", "2", *LORA, "--merge_lora", "true")
+FSDP_RUN = quick(*LORA, "--parallelism", "fsdp", "--export", "false")
+TRAINED = ("lora_", "modules_to_save")  # what peft names the adapters and the trainable copy of a classifier's head
+METRICS = ("eval_loss", "eval_examples_counted", "eval_perplexity" if TASK == "causal-lm" else "eval_accuracy")
+
+
+@pytest.fixture(scope="module")
+def data_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("lora-data")
+    report, _ = train(folder, *DATA_RUN)
+    return report, folder / "outputs"
+
+
+@pytest.fixture(scope="module")
+def fsdp_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("lora-fsdp")
+    report, _ = train(folder, *FSDP_RUN, env=spmd_env(2))
+    return report, folder / "outputs"
+
+
+def demo_parts():
+    """(tokenizer, eval examples, the demo's base model as built: seeded, untrained) on the host."""
+    config = TrainConfig(demo=True, max_seq_length=64)
+    _, tokenizer, _, eval_examples = task.load_examples(config, demo=True)
+    return tokenizer, eval_examples, task.build_model(config, demo=True, vocab_size=len(tokenizer))
+
+
+@pytest.mark.xla
+@pytest.mark.parametrize("layout", ["data", "fsdp"])
+def test_lora_compiles_three_graphs_and_trains_only_the_adapters(request, layout):
+    report, _ = request.getfixturevalue(f"{layout}_run")
+    assert (report["xla_compilations"], report["recompilations"]) == (3, 0)
+    counts = report["parameters"]
+    assert 0 < counts["trainable"] < counts["total"] / 10
+    assert report["lora"]["r"] == 4 and report["lora"]["alpha"] == 8  # alpha defaults to 2 x r
+    assert report["lora"]["target_modules"] == (["q_proj", "v_proj"] if TASK == "causal-lm" else ["query", "value"])
+    if TASK != "causal-lm":
+        assert "classifier" in report["lora"]["modules_to_save"]  # the new head trains too
+    # AdamW's state (exp_avg, exp_avg_sq) exists for the trainable elements only, 4 bytes each in float32.
+    assert report["layout"]["optimizer_bytes"] == 2 * 4 * counts["trainable"]
+    assert counts["optimizer_state_bytes_per_device"] == report["layout"]["optimizer_bytes_per_device"]
+
+
+@pytest.mark.xla
+def test_fsdp_shards_the_adapters_optimizer_state_over_its_devices(data_run, fsdp_run):
+    data, _ = data_run
+    fsdp, output = fsdp_run
+    assert data["parameters"]["trainable"] == fsdp["parameters"]["trainable"]
+    assert fsdp["layout"]["optimizer_bytes_by_device"] == [data["layout"]["optimizer_bytes"] // 2] * 2
+    # torch.distributed.checkpoint's shards hold the adapters and their optimizer state, not the frozen base.
+    import torch.distributed.checkpoint as dcp
+
+    names = dcp.FileSystemReader(str(output / "checkpoints" / "epoch-1" / "sharded")).read_metadata().state_dict_metadata
+    weights = [name for name in names if name.startswith("model.")]
+    assert weights and all(any(mark in name for mark in TRAINED) for name in weights), weights
+
+
+@pytest.mark.xla
+def test_the_frozen_base_is_unchanged_and_the_adapters_moved(data_run):
+    from safetensors.torch import load_file
+
+    _, output = data_run
+    _, _, built = demo_parts()
+    base = load_file(output / "model-base" / "model.safetensors")  # written from the trained model's frozen weights
+    expected = built.state_dict()
+    assert {name for name, _ in built.named_parameters()} <= base.keys() <= expected.keys()
+    changed = [name for name in base if not torch.equal(base[name], expected[name])]
+    assert not changed, changed
+    adapters = load_file(output / "model" / "adapter_model.safetensors")
+    lora_b = [tensor for name, tensor in adapters.items() if "lora_B" in name]
+    assert lora_b and all(tensor.abs().sum() > 0 for tensor in lora_b)  # peft starts every B at zero
+
+
+@pytest.mark.xla
+def test_the_checkpoint_holds_only_the_adapters_and_is_a_small_part_of_the_model(data_run):
+    _, output = data_run
+    folder = output / "checkpoints" / "epoch-2"
+    saved = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    assert saved and all(any(mark in name for mark in TRAINED) for name in saved), list(saved)
+    model_bytes = (output / "model-base" / "model.safetensors").stat().st_size
+    assert (folder / "pytorch_model.bin").stat().st_size < model_bytes / 10
+
+
+@pytest.mark.xla
+def test_resumed_from_epoch_1_ends_as_the_uninterrupted_run(data_run, tmp_path):
+    """The uninterrupted run's own epoch-1 checkpoint, alone in a fresh output_dir, resumed to the end."""
+    expected, uninterrupted = data_run
+    checkpoints = tmp_path / "outputs" / "checkpoints"
+    shutil.copytree(uninterrupted / "checkpoints" / "epoch-1", checkpoints / "epoch-1")
+    (checkpoints / LATEST).write_text("epoch-1")
+    report, result = train(tmp_path, *DATA_RUN, "--resume", "true")
+    assert "resume: continuing after epoch 1" in result.stdout
+    assert {name: report[name] for name in METRICS} == {name: expected[name] for name in METRICS}
+
+    def final(output):
+        return torch.load(output / "checkpoints" / "epoch-2" / "pytorch_model.bin", map_location="cpu", weights_only=True)
+
+    mine, theirs = final(tmp_path / "outputs"), final(uninterrupted)
+    assert mine.keys() == theirs.keys()
+    assert all(torch.equal(mine[name], theirs[name]) for name in mine)
+
+
+@pytest.mark.xla
+def test_the_adapter_export_loads_with_peft_and_the_merged_one_gives_its_logits(data_run):
+    import peft
+
+    report, output = data_run
+    assert report["exported"] == str(output / "model")
+    adapter_config = json.loads((output / "model" / "adapter_config.json").read_text())
+    # The demo's base is built from a config: written beside the adapters, and named by them.
+    assert adapter_config["base_model_name_or_path"] == str((output / "model-base").resolve())
+    auto_peft = peft.AutoPeftModelForCausalLM if TASK == "causal-lm" else peft.AutoPeftModelForSequenceClassification
+    adapted = auto_peft.from_pretrained(output / "model").eval()
+    merged = task.AUTO_MODEL.from_pretrained(output / "model-merged").eval()
+    assert not any("lora" in name for name in merged.state_dict())
+    tokenizer, eval_examples, _ = demo_parts()
+    batch = task.make_collator(tokenizer, "fixed", 64)([eval_examples[i] for i in range(4)])
+    inputs = {name: batch[name] for name in ("input_ids", "attention_mask") if name in batch}
+    with torch.no_grad():
+        expected, found = adapted(**inputs).logits, merged(**inputs).logits
+        untrained = task.AUTO_MODEL.from_pretrained(output / "model-base").eval()(**inputs).logits
+    assert torch.allclose(found, expected, atol=1e-5)
+    assert not torch.allclose(untrained, expected, atol=1e-5)  # the adapters (and head) changed the outputs
+
+
+@pytest.mark.parametrize("flags, field", [
+    ({"lora_alpha": 16}, "lora_alpha"),
+    ({"lora_dropout": 0.1}, "lora_dropout"),
+    ({"lora_target_modules": "query"}, "lora_target_modules"),
+    ({"merge_lora": True}, "merge_lora"),
+    ({"lora_r": 0}, "lora_r"),
+    ({"lora_r": 4, "lora_dropout": 1.0}, "lora_dropout"),
+    ({"lora_r": 4, "lora_alpha": 0}, "lora_alpha"),
+    ({"lora_r": 4, "lora_target_modules": " , "}, "lora_target_modules"),
+    ({"lora_r": 4, "merge_lora": True, "export": False}, "merge_lora"),
+])
+def test_bad_lora_settings_are_config_errors_naming_the_field(flags, field):
+    with pytest.raises(ConfigError, match=rf"^{field}"):
+        TrainConfig(**flags)
+
+
+def test_a_target_the_model_lacks_is_a_config_error_listing_its_layers():
+    from {{ cookiecutter.project_slug }} import lora
+
+    _, _, model = demo_parts()
+    with pytest.raises(ConfigError, match=r"^lora_target_modules='no_such_layer': no such layer .* include .*"):
+        lora.add_adapters(model, TrainConfig(demo=True, lora_r=4, lora_target_modules="no_such_layer"))
