@@ -2,7 +2,7 @@
 full fine-tuning.
 
 One data-layout run of 2 epochs (float32, so that "the same" means bit for bit) is shared by most tests; one fsdp
-run of 1 epoch on 2 SPMD devices checks the sharded layout.
+run of 2 epochs on 2 SPMD devices checks the sharded layout and its resume.
 """
 
 import json
@@ -18,7 +18,7 @@ from {{ cookiecutter.project_slug }}.tasks import task
 
 LORA = ["--lora_r", "4", "--mixed_precision", "no"]
 DATA_RUN = quick("--num_epochs", "2", *LORA, "--merge_lora", "true")
-FSDP_RUN = quick(*LORA, "--parallelism", "fsdp", "--export", "false")
+FSDP_RUN = quick("--num_epochs", "2", *LORA, "--parallelism", "fsdp", "--export", "false")
 TRAINED = ("lora_", "modules_to_save")  # what peft names the adapters and the trainable copy of a classifier's head
 METRICS = ("eval_loss", "eval_examples_counted", "eval_perplexity" if TASK == "causal-lm" else "eval_accuracy")
 
@@ -117,6 +117,19 @@ def test_resumed_from_epoch_1_ends_as_the_uninterrupted_run(data_run, tmp_path):
     mine, theirs = final(tmp_path / "outputs"), final(uninterrupted)
     assert mine.keys() == theirs.keys()
     assert all(torch.equal(mine[name], theirs[name]) for name in mine)
+
+
+@pytest.mark.xla
+def test_fsdp_resumed_from_epoch_1_ends_as_the_uninterrupted_run(fsdp_run, tmp_path):
+    """The sharded checkpoint (adapters and their optimizer state only) resumes to the uninterrupted run's metrics."""
+    expected, uninterrupted = fsdp_run
+    checkpoints = tmp_path / "outputs" / "checkpoints"
+    shutil.copytree(uninterrupted / "checkpoints" / "epoch-1", checkpoints / "epoch-1")
+    (checkpoints / LATEST).write_text("epoch-1")
+    report, result = train(tmp_path, *FSDP_RUN, "--resume", "true", env=spmd_env(2))
+    assert "resume: continuing after epoch 1" in result.stdout
+    assert report["epochs_run"] == 1
+    assert {name: report[name] for name in METRICS} == {name: expected[name] for name in METRICS}
 
 
 @pytest.mark.xla
