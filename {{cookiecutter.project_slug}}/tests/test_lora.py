@@ -132,6 +132,14 @@ def test_fsdp_resumed_from_epoch_1_ends_as_the_uninterrupted_run(fsdp_run, tmp_p
     assert {name: report[name] for name in METRICS} == {name: expected[name] for name in METRICS}
 
 
+def test_a_pretrained_model_trains_its_adapters_at_ten_times_the_full_fine_tuning_rate():
+    full = TrainConfig()
+    assert TrainConfig(lora_r=8).resolved_learning_rate(demo=False) == pytest.approx(
+        10 * full.resolved_learning_rate(demo=False))
+    assert TrainConfig(lora_r=8, learning_rate=3e-5).resolved_learning_rate(demo=False) == 3e-5  # given: kept
+    assert TrainConfig(lora_r=8).resolved_learning_rate(demo=True) == full.resolved_learning_rate(demo=True)
+
+
 @pytest.mark.xla
 def test_the_adapter_export_loads_with_peft_and_the_merged_one_gives_its_logits(data_run):
     import peft
