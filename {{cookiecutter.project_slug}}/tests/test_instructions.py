@@ -224,3 +224,28 @@ def test_the_demo_model_learns_the_shipped_instructions_in_three_graphs(instruct
     untrained = evaluate_on_cpu(build_model(config, demo=True, vocab_size=len(tokenizer)), tokenizer, eval_blocks, LENGTH)
     assert math.isfinite(report["eval_loss"]) and report["eval_loss"] < untrained["eval_loss"] - 0.5, (
         report["eval_loss"], untrained["eval_loss"])
+
+
+@pytest.mark.xla
+def test_lora_on_a_trained_base_learns_the_instructions_at_its_default_rate(tmp_path):
+    """The way most LLM fine-tuning runs: a trained base (the demo model after an epoch of plain text, exported),
+    LoRA adapters (--lora_r 8), instruction data, and no --learning_rate: the adapters' default rate (ten times the
+    baked fine-tuning rate). One epoch of the shipped instructions (47 steps) must lower the completions' eval loss
+    by more than 0.005 nats below the base's own, evaluated in float32 on the host. Measured: 4.5741 -> 4.5616 at this
+    rate; at the full fine-tuning rate (2e-5) only to 4.5723, which this bar tells apart."""
+    base, _ = train(tmp_path / "base", *quick("--mixed_precision", "no", "--checkpoint", "false"))
+    base_folder = base["exported"]
+    lora = ["--demo", "false", "--model_name_or_path", base_folder, "--dataset", "files",
+            "--train_file", str(TRAIN_FILE), "--eval_file", str(EVAL_FILE)]
+    report, _ = train(tmp_path / "lora", *quick("--mixed_precision", "no", "--max_train_examples", "10000",
+                                                "--checkpoint", "false", "--lora_r", "8", *lora))
+    assert report["learning_rate"]["first_step"] == pytest.approx(10 * TrainConfig().pretrained_learning_rate)
+    assert report["xla_compilations"] == 3 and report["recompilations"] == 0
+    config = TrainConfig(demo=False, model_name_or_path=base_folder, dataset="files", train_file=str(TRAIN_FILE),
+                         eval_file=str(EVAL_FILE), max_seq_length=LENGTH)
+    _, tokenizer, _, eval_blocks = load_examples(config, demo=False)
+    from transformers import AutoModelForCausalLM
+
+    before = evaluate_on_cpu(AutoModelForCausalLM.from_pretrained(base_folder), tokenizer, eval_blocks, LENGTH)
+    assert report["eval_tokens_counted"] == before["eval_tokens_counted"]
+    assert report["eval_loss"] < before["eval_loss"] - 0.005, (report["eval_loss"], before["eval_loss"])
