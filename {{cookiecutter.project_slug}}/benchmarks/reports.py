@@ -178,6 +178,11 @@ def view_markdown(records, title: str) -> str:
         if differences:
             lines += ["", "How the loops differ (everything else is the same):", ""]
             lines += [f"- **{name}**: {text}." for name, text in differences]
+        causes = [(record.name, record.extra_info["recompilation_causes"]) for record in members
+                  if record.extra_info.get("recompilation_causes") not in (None, "none")]
+        if causes:  # the watch's account of each recompilation: what the table's count is made of
+            lines += ["", "Recompilations and their causes (the project's graph watch):", ""]
+            lines += [f"- **{name}**: {format_value('recompilation_causes', text)}" for name, text in causes]
         failed = [(record.name, record.extra_info["reason"]) for record in members
                   if record.status == "error" and record.extra_info.get("reason")]
         if failed:  # a measurement of its own: what stopped the set-up, in one line
