@@ -10,6 +10,7 @@ A record is a benchmark's group, name, outcome, pytest-benchmark median and `ext
 are records.py's; the figure is drawn by figures.py.
 """
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,7 +183,7 @@ def view_markdown(records, title: str) -> str:
                   if record.extra_info.get("recompilation_causes") not in (None, "none")]
         if causes:  # the watch's account of each recompilation: what the table's count is made of
             lines += ["", "Recompilations and their causes (the project's graph watch):", ""]
-            lines += [f"- **{name}**: {format_value('recompilation_causes', text)}" for name, text in causes]
+            lines += [f"- **{name}**: {format_value('recompilation_causes', _short_paths(text))}" for name, text in causes]
         failed = [(record.name, record.extra_info["reason"]) for record in members
                   if record.status == "error" and record.extra_info.get("reason")]
         if failed:  # a measurement of its own: what stopped the set-up, in one line
@@ -190,6 +191,11 @@ def view_markdown(records, title: str) -> str:
             lines += [f"- **{name}**: {format_value('reason', reason)}" for name, reason in failed]
         lines.append("")
     return "\n".join(lines)
+
+
+def _short_paths(text: str) -> str:
+    """A source path as its folder and file (benchmarks/measure_recompilation.py): where the run was baked says nothing."""
+    return re.sub(r"(?<![\w.])(?:/[^/\s():]+)+/([^/\s():]+/[^/\s():]+\.py)", r"\1", text)
 
 
 def summary(records) -> list[str]:

@@ -292,7 +292,7 @@ def test_readme_view_keeps_at_most_eight_columns_and_lists_the_loop_differences(
                {**figures, "loop": "project", "differences": "fixed padding"}),
         Record("recompilation: loops", "test_accelerate_example_loop", "passed", 30.0,
                {**figures, "loop": "accelerate-example", "compilations": 33, "differences": "dynamic padding",
-                "recompilation_causes": "train: new shapes x30"}),
+                "recompilation_causes": "train: new shapes at f (/tmp/x/benchmarks/a.py:3) x30; at g (torch_xla/b.py:1)"}),
     ]
     text = reports.view_markdown([*records(), *loops], "Benchmark results")
     (header,) = [line for line in text.splitlines() if line.startswith("| benchmark") and "compilations" in line]
@@ -300,7 +300,8 @@ def test_readme_view_keeps_at_most_eight_columns_and_lists_the_loop_differences(
                       "compilations_vs_project | wall_vs_project |")
     assert "| test_accelerate_example_loop | 33 | 0 | 5.2 | 0.05 | 7 | 1 | 1 |" in text
     assert "- **test_project_loop**: fixed padding." in text and "eval_accuracy" not in text
-    assert "- **test_accelerate_example_loop**: train: new shapes x30" in text  # the watch's causes, under the table
+    # The watch's causes, under the table; an absolute path as its folder and file, a library's path as it was.
+    assert "- **test_accelerate_example_loop**: train: new shapes at f (benchmarks/a.py:3) x30; at g (torch_xla/b.py:1)" in text
     assert reports.VIEWS["recompilation: loops"].says in text
     assert "shared model memory" not in text  # a group without a view stays in results.md only
 
