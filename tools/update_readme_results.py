@@ -12,9 +12,6 @@ Only the text between a section's markers (`<!-- results:start -->` ... `<!-- re
 The Models table (`<!-- models:start -->` ... `<!-- models:end -->`) comes from benchmark-results/models/*.json, the
 architecture matrix's rows that each bake's tests/test_models.py writes when MODEL_MATRIX_RESULTS names that folder;
 missing markers are added before the benchmark results.
-
-The LM loops table (`<!-- lm-loops:start -->` ... `<!-- lm-loops:end -->`) comes from benchmark-results/causal-lm/quick.json:
-the causal-LM bake's loop against TRL's SFTTrainer (its benchmarks/test_lm_loops.py), with how the loops differ.
 Usage: python tools/update_readme_results.py [README.md] [benchmark-results]
 """
 
@@ -104,69 +101,8 @@ def update_models(text: str, folder: Path) -> str:
     return text.rstrip("\n") + f"\n\n{new}\n"
 
 
-LM_LOOPS = ("<!-- lm-loops:start -->", "<!-- lm-loops:end -->")
-LM_LOOPS_GROUP = "causal-lm: loops"
-LM_LOOPS_COLUMNS = ("Loop", "Status", "XLA graphs", "Recompilations (causes)", "Compile s", "Steady tokens/s",
-                    "Wall s", "vs project: graphs, tokens/s, wall")
-
-
-def _ratio(value) -> str:
-    return "n/a" if value is None else f"×{value:.2g}"
-
-
-def lm_loops_section(results: Path) -> str | None:
-    """The LM loops table (the causal-LM bake's benchmarks/test_lm_loops.py) from its quick.json, or None."""
-    path = results / "quick.json"
-    if not path.exists():
-        return None
-    rows = [entry["extra_info"] for entry in json.loads(path.read_text())["benchmarks"]
-            if entry.get("group") == LM_LOOPS_GROUP]
-    if not rows:
-        return None
-    lines = [LM_LOOPS[0], "", "| " + " | ".join(LM_LOOPS_COLUMNS) + " |", "|" + "---|" * len(LM_LOOPS_COLUMNS)]
-    for row in rows:
-        if row.get("status") != "ok":
-            status = f"did not run here: {row.get('reason', '?')}".replace("|", "\\|")
-            lines.append("| " + " | ".join([row["loop"], status, *["n/a"] * (len(LM_LOOPS_COLUMNS) - 2)]) + " |")
-            continue
-        causes = row["recompilation_causes"].replace("|", "\\|")
-        devices = row.get("devices", 1)
-        cells = (
-            row["loop"], f"ok ({devices} device{'s' if devices != 1 else ''})", _figure(row["graphs"]),
-            f"{row['recompilations']} ({causes})", _figure(row["compile_seconds"], 1),
-            _figure(row["steady_tokens_per_second"]), _figure(row["wall_s"], 1),
-            ", ".join(_ratio(row.get(key)) for key in
-                      ("graphs_vs_project", "tokens_per_second_vs_project", "wall_vs_project")),
-        )
-        lines.append("| " + " | ".join(cells) + " |")
-    first = rows[0]
-    lines += ["", f"Workload: {first.get('optimizer_steps')} optimizer steps of {first.get('global_batch')} packed "
-              f"blocks of {first.get('max_seq_length')} tokens, float32 ({machine(results)}). How the loops differ "
-              "(everything else is the same):", ""]
-    lines += [f"- **{row['loop']}**: {row['differences']}." for row in rows]
-    lines += ["", LM_LOOPS[1]]
-    return "\n".join(lines)
-
-
-def update_lm_loops(text: str, results: Path) -> str:
-    new = lm_loops_section(results)
-    if new is None:
-        return text
-    start, end = LM_LOOPS
-    if start in text and end in text:
-        before, _, rest = text.partition(start)
-        _, _, after = rest.partition(end)
-        return before + new + after
-    anchor = "<!-- results-causal-lm:start -->"
-    if anchor in text:  # beside the other loop table, before the causal-LM results
-        before, _, after = text.partition(anchor)
-        return f"{before}{new}\n\n{anchor}{after}"
-    return text.rstrip("\n") + f"\n\n{new}\n"
-
-
 def update(readme: Path, results_root: Path) -> None:
     text = update_models(readme.read_text(), results_root / "models")
-    text = update_lm_loops(text, results_root / "causal-lm")
     for sub_folder, marker, task in SECTIONS:
         results = results_root / sub_folder if sub_folder else results_root
         if not (results / "summary.md").exists():
