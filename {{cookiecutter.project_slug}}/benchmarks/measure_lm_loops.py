@@ -19,12 +19,12 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-from {{ cookiecutter.project_slug }} import compilations, compile_analysis, devices, graph_watch, precision, training
+from {{ cookiecutter.project_slug }} import compilations, devices, precision, training
 from {{ cookiecutter.project_slug }}.config import DEMO_GLOBAL_BATCH, DEMO_LEARNING_RATE, TrainConfig
 from {{ cookiecutter.project_slug }}.tasks import task
 
+from .baseline_watch import baseline_watch, recording, trainer_callback
 from .profiles import Profile
 
 FSDP_DEVICES = 4  # Accelerate's example runs on a v5litepod-8; four XLA:CPU devices in one SPMD process here
@@ -201,8 +201,7 @@ def sft_loop(profile: Profile, output_dir: str, setup: str = "sft-as-written") -
 
         xr.use_spmd()
     precision.set_xla_variables("fp32")
-    analysis = compile_analysis.enable_analysis(Path(output_dir) / "xla-compilations", 0)
-    watch = graph_watch.GraphWatch("fixed", None, lambda message: None, analysis)
+    watch = baseline_watch(output_dir, "fixed")
     _stock_eager_mask()
     started = time.perf_counter()
     with compilations.counting_compilations() as compiled:
@@ -221,8 +220,8 @@ def sft_loop(profile: Profile, output_dir: str, setup: str = "sft-as-written") -
         )
         seen = {}  # the last batch collated, the last eval metrics
         trainer = SFTTrainer(model=model, args=arguments, train_dataset=train, eval_dataset=evaluation,
-                             processing_class=tokenizer, callbacks=[_watching(watch, seen)])
-        _record_batches(trainer, seen)
+                             processing_class=tokenizer, callbacks=[trainer_callback(watch, seen)])
+        trainer.data_collator = recording(trainer.data_collator, seen)  # trl builds its own collator
         trainer.train()  # evaluates after every epoch
     wall = time.perf_counter() - started
     steps = trainer.state.global_step
@@ -232,48 +231,6 @@ def sft_loop(profile: Profile, output_dir: str, setup: str = "sft-as-written") -
         watch.recompilation_causes(), watch.steady_step_seconds(), wall, devices=count,
         device=devices.device_kind(trainer.args.device), eval_loss=seen.get("metrics", {}).get("eval_loss"),
     )
-
-
-def _record_batches(trainer, seen: dict) -> None:
-    """Keep the last batch the trainer's collator made, for the watch (the loader prefetches: it may lead by one)."""
-    collate = trainer.data_collator
-
-    def recording(rows):
-        seen["batch"] = collate(rows)
-        return seen["batch"]
-
-    trainer.data_collator = recording
-
-
-def _watching(watch, seen: dict):
-    """A TrainerCallback that calls the watch at the points the project's loop does."""
-    from transformers import TrainerCallback
-
-    class Watch(TrainerCallback):
-        epoch = 0
-        eval_step = 0
-
-        def on_train_begin(self, *args, **kwargs):
-            watch.start()
-
-        def on_epoch_begin(self, args, state, control, **kwargs):
-            self.epoch = round(state.epoch or 0)
-
-        def on_step_end(self, args, state, control, **kwargs):
-            watch.check("train", self.epoch, state.global_step, seen.get("batch"))
-
-        def on_prediction_step(self, args, state, control, **kwargs):
-            self.eval_step += 1
-            watch.check("eval", self.epoch, self.eval_step, seen.get("batch"))
-
-        def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-            seen["metrics"] = metrics or {}
-            self.eval_step = 0
-            watch.check("other", self.epoch)
-            watch.warmed_up("eval")
-            watch.warmed_up("other")
-
-    return Watch()
 
 
 # The rows, in the order they run (the project's first: every other row's ratios are to it): (function, argument).

@@ -16,15 +16,15 @@ counts each loop's recompilations and names their causes.
 
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
-from {{ cookiecutter.project_slug }} import batching, compilations, compile_analysis, devices, graph_watch, precision, training
+from {{ cookiecutter.project_slug }} import batching, compilations, devices, precision, training
 from {{ cookiecutter.project_slug }}.config import TrainConfig
 from {{ cookiecutter.project_slug }}.tasks.text_classification import make_collator
 
 from . import workload
+from .baseline_watch import baseline_watch, recording, trainer_callback
 from .grid import Cell
 from .profiles import Profile
 
@@ -149,12 +149,6 @@ def project_loop(profile: Profile, output_dir: str, watch: bool = True, **overri
     )
 
 
-def _watch(output_dir: str, padding: str):
-    """The project's graph watch for a loop that is not the project's (it never stops one)."""
-    analysis = compile_analysis.enable_analysis(Path(output_dir) / "xla-compilations", 0)
-    return graph_watch.GraphWatch(padding, None, lambda message: None, analysis)
-
-
 def accelerate_example_loop(profile: Profile, output_dir: str) -> dict:
     """BASELINE, not the project's code: the loop of Accelerate's examples/nlp_example.py.
 
@@ -166,7 +160,7 @@ def accelerate_example_loop(profile: Profile, output_dir: str) -> dict:
     from transformers import get_linear_schedule_with_warmup
 
     config = compare_config(profile, output_dir)
-    watch = _watch(output_dir, "dynamic")
+    watch = baseline_watch(output_dir, "dynamic")
     started = time.perf_counter()
     accelerator = _accelerator()
     with compilations.counting_compilations() as compiled:
@@ -215,48 +209,18 @@ def accelerate_example_loop(profile: Profile, output_dir: str) -> dict:
 def trainer_loop(profile: Profile, output_dir: str, tuned: bool = False) -> dict:
     """BASELINE, not the project's code: transformers' Trainer, as a user writes it or with its TPU settings."""
     import numpy
-    from transformers import Trainer, TrainerCallback, TrainingArguments
+    from transformers import Trainer, TrainingArguments
 
     config = compare_config(profile, output_dir)
     padding = "fixed" if tuned else "dynamic"
-    watch = _watch(output_dir, padding)
+    watch = baseline_watch(output_dir, padding)
     started = time.perf_counter()
     precision.set_xla_variables("fp32")
     with compilations.counting_compilations() as compiled:
         tokenizer, train_examples, eval_examples = workload.demo_examples(config)
         model = workload.build("demo", config, len(tokenizer))
         collator = make_collator(tokenizer, padding, config.max_seq_length)
-        shapes = {}
-
-        def collate(rows):
-            # The batch shapes the watch reports: the loader prefetches, so they may lead by a batch or two.
-            batch = collator(rows)
-            shapes["batch"] = batch
-            return batch
-
-        class Watch(TrainerCallback):
-            epoch = 0
-            eval_step = 0
-
-            def on_train_begin(self, *args, **kwargs):
-                watch.start()
-
-            def on_epoch_begin(self, args, state, control, **kwargs):
-                self.epoch = round(state.epoch or 0)
-
-            def on_step_end(self, args, state, control, **kwargs):
-                watch.check("train", self.epoch, state.global_step, shapes.get("batch"))
-
-            def on_prediction_step(self, args, state, control, **kwargs):
-                self.eval_step += 1
-                watch.check("eval", self.epoch, self.eval_step, shapes.get("batch"))
-
-            def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-                shapes["metrics"] = metrics or {}
-                self.eval_step = 0
-                watch.check("other", self.epoch)
-                watch.warmed_up("eval")
-                watch.warmed_up("other")
+        shapes = {}  # the last batch collated, the last eval metrics
 
         def accuracy(prediction):
             return {"accuracy": float((numpy.argmax(prediction.predictions, axis=-1) == prediction.label_ids).mean())}
@@ -270,7 +234,8 @@ def trainer_loop(profile: Profile, output_dir: str, tuned: bool = False) -> dict
         )
         trainer = Trainer(
             model=model, args=arguments, train_dataset=train_examples, eval_dataset=eval_examples,
-            data_collator=collate, compute_metrics=accuracy, callbacks=[Watch()],
+            data_collator=recording(collator, shapes), compute_metrics=accuracy,
+            callbacks=[trainer_callback(watch, shapes)],
         )
         trainer.train()  # evaluates after every epoch
     return _watched(
