@@ -100,21 +100,29 @@ def test_the_checkpoint_holds_only_the_adapters_and_is_a_small_part_of_the_model
     assert (folder / "pytorch_model.bin").stat().st_size < model_bytes / 10
 
 
-@pytest.mark.xla
-def test_resumed_from_epoch_1_ends_as_the_uninterrupted_run(data_run, tmp_path):
-    """The uninterrupted run's own epoch-1 checkpoint, alone in a fresh output_dir, resumed to the end."""
-    expected, uninterrupted = data_run
+def resume_after_epoch_1(uninterrupted_run, tmp_path, run, env=None) -> dict:
+    """The uninterrupted run's own epoch-1 checkpoint, alone in a fresh output_dir, resumed to the end: its report,
+    checked to have trained the last epoch only and to end with the uninterrupted run's metrics."""
+    expected, uninterrupted = uninterrupted_run
     checkpoints = tmp_path / "outputs" / "checkpoints"
     shutil.copytree(uninterrupted / "checkpoints" / "epoch-1", checkpoints / "epoch-1")
     (checkpoints / LATEST).write_text("epoch-1")
-    report, result = train(tmp_path, *DATA_RUN, "--resume", "true")
+    report, result = train(tmp_path, *run, "--resume", "true", env=env)
     assert "resume: continuing after epoch 1" in result.stdout
+    assert report["epochs_run"] == 1
     assert {name: report[name] for name in METRICS} == {name: expected[name] for name in METRICS}
+    return report
+
+
+@pytest.mark.xla
+def test_resumed_from_epoch_1_ends_as_the_uninterrupted_run(data_run, tmp_path):
+    """The data layout's checkpoint (adapters and their optimizer state only): metrics and final adapters bit for bit."""
+    resume_after_epoch_1(data_run, tmp_path, DATA_RUN)
 
     def final(output):
         return torch.load(output / "checkpoints" / "epoch-2" / "pytorch_model.bin", map_location="cpu", weights_only=True)
 
-    mine, theirs = final(tmp_path / "outputs"), final(uninterrupted)
+    mine, theirs = final(tmp_path / "outputs"), final(data_run[1])
     assert mine.keys() == theirs.keys()
     assert all(torch.equal(mine[name], theirs[name]) for name in mine)
 
@@ -122,14 +130,7 @@ def test_resumed_from_epoch_1_ends_as_the_uninterrupted_run(data_run, tmp_path):
 @pytest.mark.xla
 def test_fsdp_resumed_from_epoch_1_ends_as_the_uninterrupted_run(fsdp_run, tmp_path):
     """The sharded checkpoint (adapters and their optimizer state only) resumes to the uninterrupted run's metrics."""
-    expected, uninterrupted = fsdp_run
-    checkpoints = tmp_path / "outputs" / "checkpoints"
-    shutil.copytree(uninterrupted / "checkpoints" / "epoch-1", checkpoints / "epoch-1")
-    (checkpoints / LATEST).write_text("epoch-1")
-    report, result = train(tmp_path, *FSDP_RUN, "--resume", "true", env=spmd_env(2))
-    assert "resume: continuing after epoch 1" in result.stdout
-    assert report["epochs_run"] == 1
-    assert {name: report[name] for name in METRICS} == {name: expected[name] for name in METRICS}
+    resume_after_epoch_1(fsdp_run, tmp_path, FSDP_RUN, env=spmd_env(2))
 
 
 def test_a_pretrained_model_trains_its_adapters_at_ten_times_the_full_fine_tuning_rate():
