@@ -89,6 +89,11 @@ def messages_problem(row: dict) -> str | None:
     return None
 
 
+def main_column(data_format: str, text_column: str | None) -> str:
+    """The column TextData names for a format: the text's, or the one an instruction example starts from."""
+    return {TEXT: text_column or "text", PROMPT_COMPLETION: "prompt", MESSAGES: "messages"}[data_format]
+
+
 def row_texts(row: dict, text_column: str | None) -> list[str]:
     """The text a row holds in its format, as written: what the demo's tokenizer builds its vocabulary from."""
     data_format = example_format(row, text_column)
@@ -243,8 +248,8 @@ def _load_files(
     columns = format_columns(data_format, text_column) + ([pair_column] if pair_column else [])
     # One load per file, so that a CSV train file can go with a JSON lines eval file.
     loaded = {split: read_checked(path, columns, checks) for split, path in files.items()}
-    main_column = {TEXT: text_column or "text", PROMPT_COMPLETION: "prompt", MESSAGES: "messages"}[data_format]
-    return TextData(loaded["train"], loaded["eval"], main_column, pair_column, source, data_format)
+    return TextData(loaded["train"], loaded["eval"], main_column(data_format, text_column), pair_column, source,
+                    data_format)
 
 
 def uses_files(config: TrainConfig) -> bool:
@@ -279,8 +284,8 @@ def load_text_data(
     names = loaded["train"].column_names
     data_format = example_format(names, config.text_column) if formats else TEXT
     if data_format in (PROMPT_COMPLETION, MESSAGES):  # a hub data set of instructions: its rows are not checked here
-        main_column = "prompt" if data_format == PROMPT_COMPLETION else "messages"
-        return TextData(loaded["train"], loaded[eval_split], main_column, None, config.dataset, data_format)
+        return TextData(loaded["train"], loaded[eval_split], main_column(data_format, None), None, config.dataset,
+                        data_format)
     text_column = config.text_column or ("sentence1" if "sentence1" in names else "text")
     pair = pair_column or ("sentence2" if "sentence2" in names else None)
     return TextData(loaded["train"], loaded[eval_split], text_column, pair, config.dataset)

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..lora import trainable_state
+
 SHARDED = "sharded"  # the torch.distributed.checkpoint folder inside a checkpoint
 HOST_STATE = "host_state.pt"  # scheduler and random states, the same on every host
 
@@ -20,7 +22,7 @@ def _state(model, optimizer) -> dict:
     weights = model.state_dict(keep_vars=True)
     if any(not parameter.requires_grad for parameter in model.parameters()):
         # LoRA (lora.py): a frozen base is not saved, only what trains; the base comes back from where it was built.
-        weights = {name: tensor for name, tensor in weights.items() if tensor.requires_grad}
+        weights = trainable_state(model, weights)
     return {"model": weights, "optimizer": optimizer.state_dict()}
 
 
