@@ -7,6 +7,12 @@ STAMP := $(VENV)/.pins-$(PIN_HASH)
 BUILD := build
 DEMO_SLUG := tpu_text_classifier
 PY := $(abspath $(VENV))/bin/python
+# xpk, for the baked projects' GKE tests, in an environment of its own: it pins its own dependencies.
+XPK_VENV := .venv-xpk
+XPK_PINS := tools/xpk-requirements.txt
+XPK_PIN_HASH := $(shell $(PYTHON) -c "import hashlib,sys;print(hashlib.sha256(open('$(XPK_PINS)','rb').read()).hexdigest()[:16])")
+XPK_STAMP := $(XPK_VENV)/.pins-$(XPK_PIN_HASH)
+XPK := $(abspath $(XPK_VENV))/bin/xpk
 
 .PHONY: help env demo test notebook results clean
 
@@ -22,15 +28,22 @@ $(STAMP): requirements.txt
 	$(VENV)/bin/pip install --quiet -r requirements.txt
 	touch $@
 
+$(XPK_STAMP): $(XPK_PINS)
+	rm -rf $(XPK_VENV)
+	$(PYTHON) -m venv $(XPK_VENV)
+	$(XPK_VENV)/bin/pip install --quiet --upgrade pip
+	$(XPK_VENV)/bin/pip install --quiet -r $(XPK_PINS)
+	touch $@
+
 demo: env ## Bake the template with its defaults into build/ and train the offline demo on an XLA CPU device
 	rm -rf $(BUILD)/demo
 	$(PY) -m cookiecutter . --no-input --output-dir $(BUILD)/demo
 	cd $(BUILD)/demo/$(DEMO_SLUG) && PJRT_DEVICE=CPU HF_HUB_OFFLINE=1 $(PY) train.py
 
-test: env ## Lint, then run the template's tests (bakes, hooks, the baked projects' own tests) and the quick benchmarks
+test: env $(XPK_STAMP) ## Lint, then run the template's tests (bakes, hooks, the baked projects' own tests) and the quick benchmarks
 	$(PY) -m ruff check --no-cache tests benchmarks tools hooks
 	PJRT_DEVICE=CPU REQUIRE_XLA=1 HF_HUB_OFFLINE=1 MODEL_MATRIX_RESULTS=$(abspath benchmark-results)/models \
-		$(PY) -m pytest tests benchmarks
+		XPK=$(XPK) REQUIRE_XPK=1 $(PY) -m pytest tests benchmarks
 
 notebook: env ## Rebuild the template's notebook with nbformat (never edit the .ipynb by hand)
 	$(PY) tools/build_notebook.py

@@ -67,22 +67,39 @@ def remove_benchmarks_if_unwanted(answers, root: Path) -> None:
         remove(BENCHMARK_FILES, root)
 
 
-def template_commit(repo_dir: str) -> str | None:
-    """The template's git commit, read locally (cookiecutter clones gh: templates with git)."""
+def git_output(repo_dir: str, *args: str) -> str | None:
+    """One line of git's answer about the template folder, or None where git has none."""
     try:
         result = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=repo_dir, capture_output=True, text=True, timeout=10, check=True
+            ["git", *args], cwd=repo_dir, capture_output=True, text=True, timeout=10, check=True
         )
     except (OSError, subprocess.SubprocessError):
         return None
     return result.stdout.strip() or None
 
 
-def expanded(template: str) -> str:
-    """`gh:org/repo` (or a user's own abbreviation) as the URL cookiecutter cloned: cruft hands it to git as is.
+def template_commit(repo_dir: str) -> str | None:
+    """The template's git commit, read locally (cookiecutter clones gh: templates with git)."""
+    return git_output(repo_dir, "rev-parse", "HEAD")
 
-    Cookiecutter's own expansion and the user's config (~/.cookiecutterrc or $COOKIECUTTER_CONFIG);
-    cookiecutter is importable here because this hook runs in cookiecutter's own Python.
+
+def cloned_from(repo_dir: str) -> str | None:
+    """The URL cookiecutter cloned the template from: its clone's origin, whichever config defined the abbreviation.
+
+    None for a folder that is not a clone of its own (a zip's unpacked copy), so that git does not answer for a
+    repository around it.
+    """
+    if not (Path(repo_dir) / ".git").exists():
+        return None
+    return git_output(repo_dir, "remote", "get-url", "origin")
+
+
+def expanded(template: str) -> str:
+    """`gh:org/repo` (or a user's own abbreviation) as a URL, where there is no clone to ask (a zip).
+
+    Cookiecutter's own expansion and the user's config (~/.cookiecutterrc or $COOKIECUTTER_CONFIG); a
+    `--config-file` is not visible to this hook. Cookiecutter is importable here because this hook runs in
+    cookiecutter's own Python.
     """
     from cookiecutter.config import get_user_config
     from cookiecutter.repository import expand_abbreviations
@@ -97,7 +114,8 @@ def record_answers_for_cruft(answers, root: Path) -> None:
     repo_dir = answers.get("_repo_dir") or template
     is_remote = ":" in template and not Path(template).exists()
     record = {
-        "template": expanded(template) if is_remote else repo_dir,
+        # cruft hands the recorded template to git as is: a URL git can clone, never `gh:...`.
+        "template": (cloned_from(repo_dir) or expanded(template)) if is_remote else repo_dir,
         "commit": template_commit(repo_dir),
         "checkout": answers.get("_checkout"),
         "context": {"cookiecutter": answers},

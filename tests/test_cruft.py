@@ -46,10 +46,11 @@ def test_cruft_update_brings_in_template_changes(tmp_path):
     assert json.loads((project / ".cruft.json").read_text())["commit"] != recorded["commit"]
 
 
-def test_cruft_update_after_baking_through_an_abbreviation(tmp_path, monkeypatch):
-    """`cookiecutter gh:org/tpu-template` records the URL it cloned, not `gh:...`, which git cannot clone.
+def template_behind_an_abbreviation(tmp_path) -> tuple[Path, Path, Path]:
+    """The template in a git working copy, pushed to a local bare "remote" that a `loc:` abbreviation points at.
 
-    A user abbreviation (`loc:`) points at a local bare repository of the template, as `gh:` points at GitHub.
+    Returns the working copy, the bare repository and a cookiecutter config defining `loc:`, as `gh:` points at
+    GitHub.
     """
     work = tmp_path / "template"
     shutil.copytree(TEMPLATE, work, ignore=IGNORED)
@@ -59,12 +60,23 @@ def test_cruft_update_after_baking_through_an_abbreviation(tmp_path, monkeypatch
     git("clone", "-q", "--bare", str(work), str(bare), cwd=tmp_path)
     config = tmp_path / "cookiecutterrc"
     config.write_text(
-        f"cookiecutters_dir: {tmp_path / 'clones'}\nreplay_dir: {tmp_path / 'replay'}\n"
-        f"abbreviations:\n  loc: 'file://{tmp_path / 'remote'}/{{0}}.git'\n"
+        cookiecutter_config(tmp_path) + f"abbreviations:\n  loc: 'file://{tmp_path / 'remote'}/{{0}}.git'\n"
     )
-    monkeypatch.setenv("COOKIECUTTER_CONFIG", str(config))
-    project = Path(cookiecutter("loc:tpu-template", no_input=True, output_dir=str(tmp_path / "out"),
-                                extra_context={"project_name": "Abbreviated"}))
+    return work, bare, config
+
+
+def cookiecutter_config(tmp_path) -> str:
+    """A config that keeps cookiecutter's clones and replays in tmp_path, and defines no abbreviation."""
+    return f"cookiecutters_dir: {tmp_path / 'clones'}\nreplay_dir: {tmp_path / 'replay'}\n"
+
+
+def bake_through_loc(tmp_path, **options) -> Path:
+    return Path(cookiecutter("loc:tpu-template", no_input=True, output_dir=str(tmp_path / "out"),
+                             extra_context={"project_name": "Abbreviated"}, **options))
+
+
+def assert_cruft_follows_the_remote(project: Path, work: Path, bare: Path) -> None:
+    """.cruft.json names the URL git cloned, `cruft check` passes, and `cruft update` brings in a pushed change."""
     recorded = json.loads((project / ".cruft.json").read_text())
     assert recorded["template"] == f"file://{bare}"
     git("init", "-q", "-b", "main", cwd=project)
@@ -83,3 +95,23 @@ def test_cruft_update_after_baking_through_an_abbreviation(tmp_path, monkeypatch
     updated = cruft("update", "--skip-apply-ask", "--allow-untracked-files")
     assert updated.returncode == 0, updated.stdout + updated.stderr
     assert "# A line added by a newer template." in (project / ".gitignore").read_text()
+
+
+def test_cruft_update_after_baking_through_an_abbreviation(tmp_path, monkeypatch):
+    """`cookiecutter gh:org/tpu-template` records the URL it cloned, not `gh:...`, which git cannot clone.
+
+    Here the user's own config ($COOKIECUTTER_CONFIG) defines the abbreviation.
+    """
+    work, bare, config = template_behind_an_abbreviation(tmp_path)
+    monkeypatch.setenv("COOKIECUTTER_CONFIG", str(config))
+    assert_cruft_follows_the_remote(bake_through_loc(tmp_path), work, bare)
+
+
+def test_cruft_update_after_baking_through_an_abbreviation_from_a_config_file(tmp_path, monkeypatch):
+    """`cookiecutter --config-file X loc:...`: only X defines `loc:`, which the hook cannot read; the clone knows."""
+    work, bare, config = template_behind_an_abbreviation(tmp_path)
+    user_config = tmp_path / "user-cookiecutterrc"
+    user_config.write_text(cookiecutter_config(tmp_path))
+    monkeypatch.setenv("COOKIECUTTER_CONFIG", str(user_config))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # nor a ~/.cookiecutterrc
+    assert_cruft_follows_the_remote(bake_through_loc(tmp_path, config_file=str(config)), work, bare)
