@@ -11,7 +11,7 @@ from {{ cookiecutter.project_slug }} import compile_analysis, graph_watch
 
 def baseline_watch(output_dir: str, padding: str):
     """The project's graph watch for a loop that is not the project's (it never stops one)."""
-    analysis = compile_analysis.enable_analysis(Path(output_dir) / "xla-compilations", 0)
+    analysis = compile_analysis.enable_analysis(Path(output_dir) / "xla-compilations", "baseline")
     return graph_watch.GraphWatch(padding, None, lambda message: None, analysis)
 
 

@@ -4,6 +4,7 @@ Runs on the XLA CPU device, where graphs, compilations and torch_xla's own analy
 """
 
 import re
+import socket
 
 import pytest
 from conftest import eval_examples, python_code, quick, run, train
@@ -108,7 +109,8 @@ def test_a_host_read_is_named_by_its_cause_and_frame_and_the_checkpoint_is_kept(
     assert error.endswith("keep values on the device and read them once, after the loop (stopped: --max_recompilations 0)")
     # Stopped in epoch 2: epoch 1's checkpoint is the one to resume.
     assert (output / "checkpoints" / LATEST).read_text().strip() == "epoch-1"
-    log = (output / "xla-compilations" / "compilations-process-0.log").read_text()
+    # One file per host and process (hosts of a pod share output_dir).
+    log = (output / "xla-compilations" / f"compilations-{socket.gethostname()}-process-0.log").read_text()
     assert HOST_READ in [analysis.cause for analysis in parse_analyses(log)[-2:]]
 
 

@@ -10,7 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .processes import barrier, gather_objects, main_process_decides, where_am_i
+from .processes import barrier, gather_objects, is_main, main_process_decides, where_am_i
 
 LATEST = "LATEST"
 PROGRESS = "progress.json"
@@ -103,21 +103,21 @@ def save_checkpoint(accelerator, output_dir, progress: dict, keep: int, save_sta
     name = checkpoint_name(progress)
     staging, final = root / f".{name}.partial", root / name
     try:
-        if accelerator.is_main_process:
+        if is_main(accelerator):
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir(parents=True)
         barrier(accelerator)
         # Every process writes its own random states into the folder the main process made.
         check_seen_everywhere(accelerator, staging, "the checkpoint folder")
         save_state(accelerator, staging)
-        if accelerator.is_main_process:
+        if is_main(accelerator):
             _write_atomically(staging / PROGRESS, json.dumps(progress))
             shutil.rmtree(final, ignore_errors=True)
             os.replace(staging, final)
             _write_atomically(root / LATEST, name)
             _prune(root, newest=name, keep=keep)
     except CheckpointNotShared:
-        if accelerator.is_main_process:
+        if is_main(accelerator):
             shutil.rmtree(staging, ignore_errors=True)
         raise
     except (OSError, RuntimeError) as error:

@@ -8,11 +8,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .environment import local_rank, xla_installed
+from .environment import xla_installed
+from .hosts import process_label
 
 
 def init_compilation_cache(cache_dir: Path) -> Path | None:
-    """Turn on PyTorch/XLA's persistent cache; one folder per process so writers never collide.
+    """Turn on PyTorch/XLA's persistent cache; one folder per host and process so writers never collide.
+
+    Hosts of a pod share output_dir: the folder is named by the host's name and the process's local rank.
 
     Must run before the first computation of the process. Returns the folder, or
     None where XLA is absent or the cache was already set up in this process.
@@ -24,7 +27,7 @@ def init_compilation_cache(cache_dir: Path) -> Path | None:
 
     if torch_xla._XLAC._xla_computation_cache_is_initialized():
         return None
-    folder = Path(cache_dir) / f"process-{local_rank()}"
+    folder = Path(cache_dir) / process_label()
     folder.mkdir(parents=True, exist_ok=True)
     xr.initialize_cache(str(folder), readonly=False)
     return folder

@@ -20,7 +20,7 @@ class Analysis:
     frame: str | None
 
 
-def enable_analysis(folder: Path, process: int) -> Path | None:
+def enable_analysis(folder: Path, process: str) -> Path | None:
     """Ask torch_xla to explain each compilation in a file; before the runtime starts, else it is too late.
 
     Returns the file, or None where the user set PT_XLA_DEBUG_LEVEL already (their setting wins) or the
@@ -31,7 +31,7 @@ def enable_analysis(folder: Path, process: int) -> Path | None:
     if "PT_XLA_DEBUG_LEVEL" in os.environ or torch_xla._XLAC._xla_runtime_is_initialized():
         return None
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"compilations-process-{process}.log"
+    path = folder / f"compilations-{process}.log"  # process: hosts.process_label(), unique across hosts
     path.write_text("")
     os.environ.update(PT_XLA_DEBUG_LEVEL="1", PT_XLA_DEBUG_FILE=str(path))
     return path

@@ -1,22 +1,45 @@
 """What the processes of a run agree on: one decision made by the main process, barriers, sums, gathers.
 
 Each helper is a no-op for a lone process, where the collective would only compile a rendezvous graph.
+
+Two kinds of "processes": decisions, barriers and host objects are the job's, which under SPMD on several
+hosts (fsdp on a pod) are the hosts (hosts.py: Accelerate sees one process per host there, each its main
+one); sums and gathers of device tensors are Accelerate's, because under SPMD the graph already spans
+every host's chips.
 """
 
 import os
 import sys
 from contextlib import contextmanager
 
+from . import hosts
+
+
+def is_main(accelerator) -> bool:
+    """The one process of the job that writes its shared files: host 0's under SPMD on several hosts."""
+    host = hosts.joined()
+    return host.is_first if host else accelerator.is_main_process
+
 
 def barrier(accelerator) -> None:
     """wait_for_everyone, skipped for one process: on XLA it compiles a rendezvous graph."""
-    if accelerator.num_processes > 1:
+    if hosts.joined():
+        import torch.distributed as dist
+
+        dist.barrier()
+    elif accelerator.num_processes > 1:
         accelerator.wait_for_everyone()
 
 
 @contextmanager
 def main_process_first(accelerator):
-    if accelerator.num_processes > 1:
+    if hosts.joined():
+        if not is_main(accelerator):
+            barrier(accelerator)
+        yield
+        if is_main(accelerator):
+            barrier(accelerator)
+    elif accelerator.num_processes > 1:
         with accelerator.main_process_first():
             yield
     else:
@@ -28,6 +51,12 @@ def gather_objects(accelerator, value) -> list:
 
     For decisions and checks made once per run, never inside the step loop.
     """
+    if hosts.joined():
+        import torch.distributed as dist
+
+        gathered = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, value)
+        return gathered
     if accelerator.num_processes == 1:
         return [value]
     if accelerator.distributed_type.value == "XLA":
@@ -48,8 +77,12 @@ def main_process_decides(accelerator, decide):
     is decided once: probed in every process, the answers can differ and the processes would
     train different models or resume from different epochs.
     """
-    answer = [decide() if accelerator.is_main_process else None]
-    if accelerator.num_processes > 1:
+    answer = [decide() if is_main(accelerator) else None]
+    if hosts.joined():
+        import torch.distributed as dist
+
+        dist.broadcast_object_list(answer, src=0)
+    elif accelerator.num_processes > 1:
         from accelerate.utils import broadcast_object_list
 
         broadcast_object_list(answer, from_process=0)
@@ -58,6 +91,9 @@ def main_process_decides(accelerator, decide):
 
 def is_main_process() -> bool:
     """The main process of the run, also where no Accelerator exists (yet, or any more)."""
+    host = hosts.joined()
+    if host:
+        return host.is_first
     if "accelerate" in sys.modules:
         from accelerate.state import PartialState
 
@@ -72,7 +108,7 @@ def say_once(accelerator):
     def say(message: str) -> None:
         # Not accelerator.print: on an XLA CPU device its local process index is -1, so it prints nothing.
         # tqdm.write: a message in the middle of an epoch goes above the progress bar, not into it.
-        if accelerator.is_main_process:
+        if is_main(accelerator):
             from tqdm.auto import tqdm
 
             tqdm.write(message)
@@ -82,14 +118,13 @@ def say_once(accelerator):
 
 def where_am_i(accelerator) -> str:
     """'host NAME (process I)', as messages that name a process say it."""
-    import socket
-
-    return f"host {socket.gethostname()} (process {accelerator.process_index})"
+    host = hosts.joined()
+    return f"host {hosts.host_name()} (process {host.index if host else accelerator.process_index})"
 
 
 def quiet_unless_main(accelerator) -> None:
     """Progress bars and library warnings once per run: only the main process shows them."""
-    if accelerator.is_main_process:
+    if is_main(accelerator):
         return
     import datasets
     import transformers
@@ -117,7 +152,7 @@ _HOST_GROUP = []
 
 def agree(accelerator, *flags: bool) -> list[bool]:
     """Each flag true on any process is true on every process, so that all take the same decision at one step."""
-    if accelerator.num_processes == 1:
+    if accelerator.num_processes == 1 and not hosts.joined():
         return list(flags)
     import torch
     import torch.distributed as dist

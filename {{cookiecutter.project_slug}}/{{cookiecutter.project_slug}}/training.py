@@ -19,6 +19,7 @@ from .config import TrainConfig
 from .data import wants_demo
 from .fixed_point import from_fixed
 from .graph_watch import GraphWatch
+from .hosts import process_label
 from .loss_guard import LossGuard
 from .parallel import layout_for
 from .preemption import Preemption
@@ -41,7 +42,7 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
     if environment.xla_installed():
         precision.set_xla_variables(level)
         if config.watch_compilations:
-            analysis_file = compile_analysis.enable_analysis(Path(config.output_dir) / "xla-compilations", environment.local_rank())
+            analysis_file = compile_analysis.enable_analysis(Path(config.output_dir) / "xla-compilations", process_label())
     layout.start()
 
     from accelerate import Accelerator
@@ -68,15 +69,15 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
     )
     if config.export:
         # After the counting: gathering the weights to the host is not part of training's transfers.
-        report["exported"] = export(accelerator, layout, tokenizer, config.export_dir, config.merge_lora)
+        report["exported"] = export(accelerator, layout, tokenizer, config)
 {%- if cookiecutter.task == "causal-lm" %}
-    if config.export and config.samples and accelerator.is_main_process:
+    if config.export and config.samples and processes.is_main(accelerator):
         # From the exported folder, on the host: generation compiles nothing on the device (samples.py).
         report["samples"] = samples.continue_greedily(
             report["exported"], tokenizer, samples.eval_prompts(data, tokenizer, config.samples)
         )
 {%- endif %}
-    if accelerator.is_main_process:
+    if processes.is_main(accelerator):
         write_report(report, config.report_path)
         print(format_table(report))
 {%- if cookiecutter.task == "causal-lm" %}
@@ -93,16 +94,19 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
     return report
 
 
-def export(accelerator, layout, tokenizer, folder: Path, merge_lora: bool = False) -> str:
+def export(accelerator, layout, tokenizer, config: TrainConfig) -> str:
     """The trained model as `save_pretrained` writes it (plain names, CPU tensors): `from_pretrained` loads it anywhere.
 
-    With LoRA the folder is peft's adapter folder (with `merge_lora` also a merged model beside it: lora.py).
+    Written once, by the main process; with LoRA the folder is peft's adapter folder (with `--merge_lora` also a
+    merged model beside it: lora.py).
     """
-    weights = layout.host_state_dict(accelerator)  # every process takes part (a sharded model is gathered)
-    if accelerator.is_main_process:
+    folder = Path(config.export_dir)
+    # Every process takes part: a sharded model is written by each host and put together on the main one.
+    weights = layout.host_state_dict(accelerator, scratch=Path(config.output_dir) / ".export-shards")
+    if processes.is_main(accelerator):
         model = layout.plain_model(accelerator)
         if hasattr(model, "peft_config"):
-            lora.export_adapters(model, weights, tokenizer, folder, merge_lora)
+            lora.export_adapters(model, weights, tokenizer, folder, config.merge_lora)
         else:
             model.save_pretrained(folder, state_dict=weights)
             tokenizer.save_pretrained(folder)
@@ -162,7 +166,7 @@ def train_epoch(accelerator, parts, run: RunState, batches, callbacks, guard: Lo
     # shuffle's epoch counter before the real pass starts (another data order in every run).
     # A context, so that a run stopped mid-epoch ends the bar's line before its error message.
     bar = tqdm(total=run.step + len(batches), initial=run.step, desc=f"epoch {run.epoch + 1}/{run.num_epochs}",
-               disable=not accelerator.is_main_process)
+               disable=not processes.is_main(accelerator))
     with bar:
         for batch in batches:
             run.last_learning_rate = parts.scheduler.get_last_lr()[0]

@@ -101,8 +101,8 @@ class DataParallel:
     def release(self) -> None:
         self.model = None
 
-    def host_state_dict(self, accelerator) -> dict:
-        """The weights as plain CPU tensors under the model's own names (every process holds them all)."""
+    def host_state_dict(self, accelerator, scratch: Path) -> dict:
+        """The weights as plain CPU tensors under the model's own names (every process holds them all: no `scratch`)."""
         model = accelerator.unwrap_model(self.model)
         return {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
 

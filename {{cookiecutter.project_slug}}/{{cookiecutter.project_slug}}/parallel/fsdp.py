@@ -11,13 +11,16 @@ with an input sharding. The layer class wrapped one by one and the output's shar
 the sharded checkpoints (no host ever holds the whole model) are fsdp_checkpoint.py's.
 """
 
+import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from .. import hosts
 from ..config import ConfigError
-from .fsdp_checkpoint import load_sharded, save_sharded
+from ..processes import barrier, is_main
+from .fsdp_checkpoint import load_sharded, read_weights_sharded, save_sharded, save_weights_sharded
 from .fsdp_wrapping import AXIS, wrap_model
 
 
@@ -26,7 +29,7 @@ class FsdpV2:
 
     def __init__(self, config):
         self.config = config
-        self.mesh = None
+        self.mesh = self.host = None
         self.model = self.optimizer = self.scheduler = None
 
     # -- before the first tensor reaches a device --------------------------------------------------
@@ -44,13 +47,11 @@ class FsdpV2:
         devices = xr.global_runtime_device_count()
         self.mesh = xs.Mesh(np.arange(devices), (devices,), (AXIS,))
         xs.set_global_mesh(self.mesh)
-        if xr.process_count() > 1:
-            # Several hosts write their own shards of a checkpoint: torch.distributed.checkpoint coordinates
-            # them over a host-side process group (PyTorch/XLA's documented multi-host recipe).
-            import torch.distributed as dist
-
-            if not dist.is_initialized():
-                dist.init_process_group("gloo", init_method="xla://")
+        self.host = hosts.this_host()
+        if self.host.count > 1:
+            # Several hosts: decisions, barriers and torch.distributed.checkpoint's plans go over a host-side
+            # gloo group (PyTorch/XLA's documented multi-host recipe), and only host 0 writes shared files.
+            hosts.join(self.host)
 
     def devices(self) -> int:
         return int(self.mesh.size())
@@ -62,12 +63,12 @@ class FsdpV2:
         return xr.addressable_runtime_device_count()
 
     def replicas(self, accelerator) -> int:
-        return self.devices()
+        """Per-chip batches in one step: each host's loader batch feeds its own chips (the mesh's size on a pod,
+        where every host has the same chips; counted from what the loaders feed, which a simulated pod keeps true)."""
+        return self.devices_per_process() * self.host.count
 
     def loader_shards(self, accelerator) -> int:
-        import torch_xla.runtime as xr
-
-        return xr.process_count()
+        return self.host.count
 
     def scheduler_calls_per_step(self, accelerator) -> int:
         return 1  # the scheduler is not Accelerate's: it steps once per optimizer step
@@ -87,13 +88,11 @@ class FsdpV2:
         Not `accelerator.prepare`: under SPMD it sees one process and would copy every batch whole to
         every chip, and its optimizer wrapper would add an all-reduce that FSDPv2 does not need.
         """
-        import torch_xla.runtime as xr
         from accelerate.data_loader import prepare_data_loader
 
-        hosts, host = xr.process_count(), xr.process_index()
-
         def host_side(loader, **options):
-            prepared = prepare_data_loader(loader, num_processes=hosts, process_index=host, put_on_device=False, **options)
+            prepared = prepare_data_loader(loader, num_processes=self.host.count, process_index=self.host.index,
+                                           put_on_device=False, **options)
             # On XLA Accelerate always wraps its loader in a device loader that copies each batch whole; the
             # host-side loader inside it (`_loader`) is what the sharded device loader below is given instead.
             return getattr(prepared, "_loader", prepared)
@@ -134,7 +133,7 @@ class FsdpV2:
 
     def save_state(self, accelerator, folder: Path) -> None:
         """Each device's shards, plus the scheduler and random states (fsdp_checkpoint.py)."""
-        save_sharded(self.model, self.optimizer, self.scheduler, folder, accelerator.is_main_process)
+        save_sharded(self.model, self.optimizer, self.scheduler, folder, is_main(accelerator))
 
     def load_state(self, accelerator, folder: Path) -> None:
         load_sharded(self.model, self.optimizer, self.scheduler, folder)
@@ -142,11 +141,22 @@ class FsdpV2:
     def release(self) -> None:
         self.model = self.optimizer = self.scheduler = None
 
-    def host_state_dict(self, accelerator) -> dict:
-        """The whole weights on the host, under the model's own names (FSDPv2 prefixes every wrapped module's)."""
-        return {
-            name.replace("_orig_module.", ""): tensor.detach().cpu() for name, tensor in self.model.state_dict().items()
-        }
+    def host_state_dict(self, accelerator, scratch: Path) -> dict | None:
+        """The whole weights on the main process's host, under the model's own names; None on the other hosts.
+
+        Never gathered on the devices: on several hosts a shard on another host's chip is not addressable.
+        Each host writes its own shards into `scratch` (shared storage), and the main process reads them all
+        back on its host's CPU (fsdp_checkpoint.py).
+        """
+        save_weights_sharded(self.model, scratch)
+        barrier(accelerator)
+        weights = None
+        if is_main(accelerator):
+            weights = {name.replace("_orig_module.", ""): tensor for name, tensor in read_weights_sharded(scratch).items()}
+        barrier(accelerator)  # every host's part was read before the folder goes
+        if is_main(accelerator):
+            shutil.rmtree(scratch, ignore_errors=True)
+        return weights
 
     def plain_model(self, accelerator):
         return self.model.module
@@ -162,6 +172,7 @@ class FsdpV2:
         return {
             "parallelism": self.name,
             "devices": self.devices(),
+            "hosts": self.host.count,
             "mesh": {AXIS: self.devices()},
             "parameter_bytes_per_device": max(held_parameters),
             "parameter_bytes": whole_parameters,

@@ -2,7 +2,9 @@
 
 `torch.distributed.checkpoint` with torch_xla's SPMD planners writes the model's and optimizer's shards
 into one folder; the scheduler and the random states, the same on every host, go beside it in one file
-written by the main process.
+written by the main process. The export is made the same way: every host writes its shards of the weights,
+and one host reads them all back into whole tensors on its CPU (`read_weights_sharded`), where a gather on
+the devices would need every shard addressable from one host, which on a pod they are not.
 """
 
 import random
@@ -64,3 +66,32 @@ def load_sharded(model, optimizer, scheduler, folder: Path) -> None:
     torch.set_rng_state(host["torch"])
     np.random.set_state(host["numpy"])
     random.setstate(host["python"])
+
+
+def save_weights_sharded(model, folder: Path) -> None:
+    """The model's weights only, each device's shards written by its own host (every host calls this)."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch_xla.experimental.distributed_checkpoint import SPMDSavePlanner
+
+    dcp.save(model.state_dict(keep_vars=True), storage_writer=dcp.FileSystemWriter(str(folder)),
+             planner=SPMDSavePlanner(), no_dist=not dist.is_initialized())
+
+
+def read_weights_sharded(folder: Path) -> dict:
+    """Whole CPU tensors from a folder written by `save_weights_sharded`, every host's shards put together.
+
+    One process alone (no collective): the checkpoint's own metadata gives each tensor's shape and dtype,
+    and torch.distributed.checkpoint reads every shard that overlaps it into place.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    reader = dcp.FileSystemReader(str(folder))
+    weights = {
+        name: torch.empty(entry.size, dtype=entry.properties.dtype)
+        for name, entry in reader.read_metadata().state_dict_metadata.items()
+        if isinstance(entry, TensorStorageMetadata)
+    }
+    dcp.load(weights, storage_reader=reader, no_dist=True)
+    return weights
