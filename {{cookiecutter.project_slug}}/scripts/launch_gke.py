@@ -43,6 +43,10 @@ REPLICATED_JOB = "slice"
 CONTAINER = "train"
 # xpk's gcsfuse Storage is a PersistentVolume, which must state a capacity; a bucket has none, so it is nominal.
 NOMINAL_SIZE_GB = 1024
+# implicit-dirs: folders written by another host (or gsutil) are seen without a placeholder object.
+# rename-dir-limit: a checkpoint is committed by renaming its finished folder (checkpointing.py); gcsfuse refuses
+# to rename a folder of a flat-namespace bucket unless it has fewer objects than this limit (then it copies each).
+MOUNT_OPTIONS = "implicit-dirs,rename-dir-limit=100000"
 DEFAULT_XPK_STORAGE = {{ (cookiecutter.project_slug.replace('_', '-') ~ "-outputs") | tojson }}
 
 
@@ -245,10 +249,9 @@ def manifest(args: argparse.Namespace, tpu: Slice) -> dict:
                 {"name": "dshm", "emptyDir": {"medium": "Memory"}},
                 {"name": "outputs", "csi": {
                     "driver": "gcsfuse.csi.storage.gke.io",
-                    # implicit-dirs: folders written by another host (or gsutil) are seen without a placeholder.
                     # hostNetworkPodKSA: Workload Identity does not serve host-network pods; with it the driver
                     # authenticates as the pod's service account itself (gcs-fuse-csi-driver's documented opt-in).
-                    "volumeAttributes": {"bucketName": args.bucket, "mountOptions": "implicit-dirs",
+                    "volumeAttributes": {"bucketName": args.bucket, "mountOptions": MOUNT_OPTIONS,
                                          "hostNetworkPodKSA": "true"},
                 }},
             ],
@@ -299,7 +302,7 @@ def xpk_storage_attach(args: argparse.Namespace) -> list[str]:
     """Once per cluster: the bucket as an xpk Storage mounted where the manifest mounts it."""
     return ["xpk", "storage", "attach", args.xpk_storage, "--type", "gcsfuse", "--bucket", args.bucket,
             "--cluster", args.cluster, "--mount-point", args.mount_point, "--readonly", "false",
-            "--auto-mount", "false", "--size", str(NOMINAL_SIZE_GB), *location(args)]
+            "--auto-mount", "false", "--size", str(NOMINAL_SIZE_GB), "--mount-options", MOUNT_OPTIONS, *location(args)]
 
 
 def location(args: argparse.Namespace) -> list[str]:

@@ -141,6 +141,8 @@ def test_the_manifest_carries_what_a_multi_host_tpu_job_needs(tmp_path):
     assert bucket["driver"] == "gcsfuse.csi.storage.gke.io"
     assert bucket["volumeAttributes"]["bucketName"] == "my-bucket"
     assert bucket["volumeAttributes"]["hostNetworkPodKSA"] == "true"  # the service account's access, host network
+    # A checkpoint is committed by renaming its folder, which gcsfuse refuses on a flat bucket without a limit.
+    assert "rename-dir-limit=100000" in bucket["volumeAttributes"]["mountOptions"].split(",")
     assert jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]["annotations"][
         "gke-gcsfuse/volumes"] == "true"  # the CSI driver mounts only into pods that say so
     assert jobset["spec"]["failurePolicy"]["maxRestarts"] == 7
@@ -356,3 +358,4 @@ def test_xpk_parses_the_storage_attach_command(tmp_path, xpk):
         "{{ cookiecutter.project_slug.replace('_', '-') }}-outputs", "gcsfuse", "my-bucket", "/data")
     assert (args["readonly"], args["auto_mount"], args["cluster"]) == (False, False, "tpu-cluster")
     assert args["size"] > 0  # xpk asks for one for a gcsfuse volume
+    assert "rename-dir-limit=100000" in args["mount_options"].split(",")  # as in the manifest
