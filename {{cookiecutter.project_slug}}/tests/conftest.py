@@ -2,8 +2,11 @@
 
 Every training run gets its own process: torch_xla reads its bf16 variables and
 builds its runtime once per process, so runs in one process would leak state.
+XLA runs are forked from a fork server that imported the libraries once (forkserver.py);
+TESTS_NO_FORKSERVER=1 starts each of them as a plain subprocess instead.
 """
 
+import atexit
 import importlib.util
 import json
 import os
@@ -12,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from forkserver import ForkServer
 
 PROJECT = Path(__file__).resolve().parent.parent
 # Most of a short run's CPU time on XLA:CPU is compiling, and most of that is LLVM optimising the machine code XLA
@@ -88,21 +92,71 @@ def child_env(xla: bool = True, **extra) -> dict:
     return env
 
 
+class XlaCommand(list):
+    """`python -m module *args` or `python -c code *args` with torch_xla importable: run() may fork it from the fork
+    server. Any list made from it (a copy, a concatenation) is a plain command again, run as a subprocess."""
+
+    def __init__(self, kind: str, target: str, args):
+        super().__init__([sys.executable, kind, target, *args])
+        self.kind, self.target, self.args = kind, target, list(args)
+
+
 def python_command(*args, module: str = CLI, xla: bool = True) -> list[str]:
     """A command running `module` with args, with torch_xla hidden when xla=False."""
     if xla:
-        return [sys.executable, "-m", module, *args]
+        return XlaCommand("-m", module, args)
     code = f"import runpy; sys.argv = {[module, *args]!r}; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
     return [sys.executable, "-c", NO_XLA_PRELUDE + code]
 
 
 def python_code(code: str, *args, xla: bool = True) -> list[str]:
     """A command running a Python snippet, with torch_xla hidden when xla=False."""
+    if xla and NO_XLA_PRELUDE not in code:
+        return XlaCommand("-c", code, args)
     return [sys.executable, "-c", ("" if xla else NO_XLA_PRELUDE) + code, *args]
 
 
+# What the fork server imports once: the libraries and the package's training loop, which a real run has imported
+# before it first changes its own environment (precision.py then sets XLA_USE_BF16, and transformers.modeling_utils,
+# in that import, reads it at import time). peft, which a real run imports later, reads none of the variables set then.
+FORK_PRELOAD = ("torch", "torch_xla", "transformers", "accelerate", "datasets", "peft",
+                "{{ cookiecutter.project_slug }}.training")
+# The only variables in which a forked run's environment may differ from the fork server's: checked, no module in
+# FORK_PRELOAD reads them at import (torch_xla reads PJRT_DEVICE and CPU_NUM_DEVICES when its runtime starts; at
+# import it only asks whether PJRT_DEVICE is set, and every XLA run sets it; fsspec, tqdm and networkx scan all the
+# names for their own prefixes). A run that differs in anything else is a plain subprocess: a PYTHON* variable (read
+# at interpreter start), HF_HUB_OFFLINE and the other HF_* (huggingface_hub and datasets read them at import),
+# XLA_USE_BF16 and XLA_DOWNCAST_BF16 (torch_xla reads them when its runtime starts, transformers at import), XLA_FLAGS
+# (read when the runtime starts, but torch_xla's import adds its own flag to it).
+RUNTIME_VARIABLES = ("PJRT_DEVICE", "CPU_NUM_DEVICES", "PYTEST_CURRENT_TEST")
+_fork_server = None
+
+
+def fork_server():
+    """The session's fork server, started on first use (it takes a fresh process's imports, once)."""
+    global _fork_server
+    if _fork_server is None or not _fork_server.alive:
+        env = {key: value for key, value in child_env().items() if key != "PYTEST_CURRENT_TEST"}
+        _fork_server = ForkServer(PROJECT, env, FORK_PRELOAD)
+        atexit.register(_fork_server.close)
+    return _fork_server
+
+
+def forkable(command, env) -> bool:
+    """An XLA run (torch_xla not hidden, a device chosen) that the fork server can run as a fresh process would."""
+    return (
+        isinstance(command, XlaCommand) and "PJRT_DEVICE" in env and XLA_AVAILABLE
+        and os.environ.get("TESTS_NO_FORKSERVER") != "1" and fork_server().routable(env, RUNTIME_VARIABLES)
+    )
+
+
 def run(command, env=None, timeout=900, check=True) -> subprocess.CompletedProcess:
-    result = subprocess.run(command, cwd=PROJECT, env=env or child_env(), capture_output=True, text=True, timeout=timeout)
+    env = env or child_env()
+    if forkable(command, env):
+        returncode, stdout, stderr = fork_server().run(command, command.kind, command.target, command.args, env, timeout)
+        result = subprocess.CompletedProcess(command, returncode, stdout, stderr)
+    else:
+        result = subprocess.run(command, cwd=PROJECT, env=env, capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
         raise AssertionError(f"{command} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
     return result
