@@ -68,7 +68,7 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
         },
     )
     if config.export:
-        # After the counting: gathering the weights to the host is not part of training's transfers.
+        # After the counting: bringing the weights to the host (read back from shards under fsdp) is not training's.
         report["exported"] = export(accelerator, layout, tokenizer, config)
 {%- if cookiecutter.task == "causal-lm" %}
     if config.export and config.samples and processes.is_main(accelerator):

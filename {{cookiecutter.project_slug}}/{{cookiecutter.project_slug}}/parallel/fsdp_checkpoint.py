@@ -30,14 +30,10 @@ def _state(model, optimizer) -> dict:
 
 def save_sharded(model, optimizer, scheduler, folder: Path, main_process: bool) -> None:
     """Each device's shards (torch.distributed.checkpoint), plus the scheduler and random states."""
-    import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
     import torch_xla.core.xla_model as xm
-    from torch_xla.experimental.distributed_checkpoint import SPMDSavePlanner
 
     seed = xm.get_rng_state()  # the save syncs the graph, which advances the seed: keep the run's stream
-    dcp.save(_state(model, optimizer), storage_writer=dcp.FileSystemWriter(str(folder / SHARDED)),
-             planner=SPMDSavePlanner(), no_dist=not dist.is_initialized())
+    _write_shards(_state(model, optimizer), folder / SHARDED)
     xm.set_rng_state(seed)
     if main_process:
         torch.save({
@@ -70,12 +66,17 @@ def load_sharded(model, optimizer, scheduler, folder: Path) -> None:
 
 def save_weights_sharded(model, folder: Path) -> None:
     """The model's weights only, each device's shards written by its own host (every host calls this)."""
+    _write_shards(model.state_dict(keep_vars=True), folder)
+
+
+def _write_shards(state: dict, folder: Path) -> None:
+    """Each addressable device's shards of `state`, written by this host; the hosts' plans agree over their group."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch_xla.experimental.distributed_checkpoint import SPMDSavePlanner
 
-    dcp.save(model.state_dict(keep_vars=True), storage_writer=dcp.FileSystemWriter(str(folder)),
-             planner=SPMDSavePlanner(), no_dist=not dist.is_initialized())
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(str(folder)), planner=SPMDSavePlanner(),
+             no_dist=not dist.is_initialized())
 
 
 def read_weights_sharded(folder: Path) -> dict:
