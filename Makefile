@@ -1,4 +1,4 @@
-# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`; `make check` is the inner loop.
 # The environment is rebuilt whenever requirements.txt (the one place versions are pinned) changes.
 PYTHON ?= python3
 VENV := .venv
@@ -14,7 +14,16 @@ XPK_PIN_HASH := $(shell $(PYTHON) -c "import hashlib,sys;print(hashlib.sha256(op
 XPK_STAMP := $(XPK_VENV)/.pins-$(XPK_PIN_HASH)
 XPK := $(abspath $(XPK_VENV))/bin/xpk
 
-.PHONY: help env demo test notebook results clean
+RESULTS := $(abspath benchmark-results)
+DURATIONS := $(RESULTS)/durations
+# Both cores: the suites run two at a time, each test sent to whichever worker is free (the longest first, as
+# tests/conftest.py orders them).
+PARALLEL := -n 2 --dist load --maxschedchunk 1
+TEST_ENV := PJRT_DEVICE=CPU REQUIRE_XLA=1 HF_HUB_OFFLINE=1
+# Timed alone, before the rest: pytest-benchmark measures nothing under pytest-xdist (it disables itself there).
+BAKE_TIME := benchmarks/test_bake_time.py
+
+.PHONY: help env demo check test notebook results clean
 
 help: ## List the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'
@@ -40,10 +49,20 @@ demo: env ## Bake the template with its defaults into build/ and train the offli
 	$(PY) -m cookiecutter . --no-input --output-dir $(BUILD)/demo
 	cd $(BUILD)/demo/$(DEMO_SLUG) && PJRT_DEVICE=CPU HF_HUB_OFFLINE=1 $(PY) train.py
 
-test: env $(XPK_STAMP) ## Lint, then run the template's tests (bakes, hooks, the baked projects' own tests) and the quick benchmarks
+check: env $(XPK_STAMP) ## The inner loop (minutes): lint, the template's tests that train nothing, each task's fast tier
 	$(PY) -m ruff check --no-cache tests benchmarks tools hooks
-	PJRT_DEVICE=CPU REQUIRE_XLA=1 HF_HUB_OFFLINE=1 MODEL_MATRIX_RESULTS=$(abspath benchmark-results)/models \
-		XPK=$(XPK) REQUIRE_XPK=1 $(PY) -m pytest tests benchmarks
+	$(PY) -m pytest -q -p no:xdist $(BAKE_TIME)
+	$(TEST_ENV) XPK=$(XPK) REQUIRE_XPK=1 $(PY) -m pytest $(PARALLEL) -m "not slow" --ignore=$(BAKE_TIME) tests benchmarks
+
+test: env $(XPK_STAMP) ## Lint, then everything: bakes, hooks, the four main bakes' whole suites, the quick benchmarks
+	$(PY) -m ruff check --no-cache tests benchmarks tools hooks
+	rm -rf $(DURATIONS) && mkdir -p $(DURATIONS)
+	$(PY) -m pytest -q -p no:xdist --junitxml=$(DURATIONS)/bake-time.xml -o junit_suite_name=bake-time $(BAKE_TIME)
+	status=0; $(TEST_ENV) MODEL_MATRIX_RESULTS=$(RESULTS)/models DURATIONS=$(DURATIONS) XPK=$(XPK) REQUIRE_XPK=1 \
+		$(PY) -m pytest $(PARALLEL) --junitxml=$(DURATIONS)/top-level.xml -o junit_suite_name=top-level \
+		-m "not check_only" --ignore=$(BAKE_TIME) tests benchmarks || status=$$?; \
+	$(PY) tools/durations.py $(DURATIONS) > $(RESULTS)/durations.md && head -n 20 $(RESULTS)/durations.md; \
+	exit $$status
 
 notebook: env ## Rebuild the template's notebook with nbformat (never edit the .ipynb by hand)
 	$(PY) tools/build_notebook.py

@@ -5,9 +5,10 @@ from pathlib import Path
 import pytest
 
 from tests.baking import TEMPLATE, bake_into, template_defaults
+from tests.conftest import pytest_configure  # noqa: F401  (the `slow` marker, also when benchmarks/ runs alone)
 
 RESULTS = TEMPLATE / "benchmark-results"
-SUMMARY = pytest.StashKey[list]()
+SUMMARY = "benchmark summary"
 
 
 @pytest.fixture(scope="session")
@@ -17,13 +18,17 @@ def baked_default(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def summary(pytestconfig) -> list:
-    """Lines printed after the run (pytest captures a test's own output)."""
-    return pytestconfig.stash.setdefault(SUMMARY, [])
+def summary(record_property) -> list:
+    """Lines printed after the run. pytest captures a test's own output, and under pytest-xdist a test runs in a
+    worker: the lines travel to the printing process as a property of the test's report."""
+    lines = []
+    record_property(SUMMARY, lines)  # the report made after the test's call reads the list as the test left it
+    return lines
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    lines = config.stash.get(SUMMARY, [])
+    lines = [line for report in terminalreporter.stats.get("passed", [])
+             for name, value in getattr(report, "user_properties", []) if name == SUMMARY for line in value]
     if lines:
         terminalreporter.section("reference benchmarks (baked default project, quick profile)")
         for line in lines:

@@ -7,14 +7,15 @@ and plot are copied here; `python tools/update_readme_results.py` puts the table
 
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from tests.baking import bake_into
+import pytest
+
+from tests.baking import bake_into, durations_args, suite_env
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmark-results"
 PRECISION = [f"demo-{mode}" for mode in ("fp32", "xla-use-bf16", "xla-downcast-bf16", "model-cast", "autocast")]
@@ -49,17 +50,18 @@ LM_LOOPS_EXPECTED = {f"test_lm_loop[{loop}]": "causal-lm: loops" for loop in LM_
 COPIED = ("quick.json", "results.md", "summary.md", "results.png")
 
 
-def run_suite(project: Path, results: Path):
+def run_suite(project: Path, results: Path, name: str):
     """Run a baked project's quick benchmark suite as a user does; copy its results to `results`.
 
     Returns (the benchmarks by name, the suite's output, its wall seconds).
     """
     out = project / "benchmark-results"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "REQUIRE_XLA": "1", "BENCH_PROFILE": "quick"}
+    env = suite_env(HF_HUB_OFFLINE="1", REQUIRE_XLA="1", BENCH_PROFILE="quick")
     env.setdefault("PJRT_DEVICE", "CPU")
     started = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "benchmarks", "-q", "-p", "no:cacheprovider", f"--benchmark-json={out / 'quick.json'}"],
+        [sys.executable, "-m", "pytest", "benchmarks", "-q", "-p", "no:cacheprovider", f"--benchmark-json={out / 'quick.json'}",
+         *durations_args(name)],
         check=False, cwd=project, env=env, capture_output=True, text=True, timeout=1800,
     )
     wall = time.perf_counter() - started
@@ -76,8 +78,9 @@ def run_suite(project: Path, results: Path):
     return benchmarks, result.stdout, wall
 
 
+@pytest.mark.slow(first=True)
 def test_quick_profile(baked_default, summary):
-    benchmarks, stdout, wall = run_suite(baked_default, RESULTS)
+    benchmarks, stdout, wall = run_suite(baked_default, RESULTS, "benchmarks-default")
     # Other benchmarks of the suite (shared-model memory) may be there too; these must be.
     assert not set(EXPECTED) - set(benchmarks), sorted(set(EXPECTED) - set(benchmarks))
     for name, group in EXPECTED.items():
@@ -95,11 +98,12 @@ def test_quick_profile(baked_default, summary):
     summary.extend(suite_summary(stdout))
 
 
+@pytest.mark.slow(first=True)
 def test_causal_lm_quick_profile(tmp_path_factory, summary):
     """The causal-LM bake's suite: packed against padded batches, FSDPv2 over 1, 2 and 4 devices, fine-tuning levels."""
     project = bake_into(tmp_path_factory.mktemp("bench-causal-lm"), task="causal-lm")
     results = RESULTS / "causal-lm"
-    benchmarks, stdout, wall = run_suite(project, results)
+    benchmarks, stdout, wall = run_suite(project, results, "benchmarks-causal-lm")
     expected = {**FINE_TUNING_EXPECTED, **LM_LOOPS_EXPECTED, "test_lora_against_full_fine_tuning": "lora"}
     assert not set(expected) - set(benchmarks), sorted(set(expected) - set(benchmarks))
     for name, group in expected.items():

@@ -20,11 +20,29 @@ def bake_into(output_dir: Path, template: Path = TEMPLATE, **answers) -> Path:
     return Path(cookiecutter(str(template), no_input=True, extra_context=answers, output_dir=str(output_dir)))
 
 
-def run_baked_tests(project: Path, *pytest_args: str) -> str:
-    """Run a baked project's own pytest suite inside it; fail unless it passed with nothing skipped."""
-    env = {**os.environ, "PJRT_DEVICE": "CPU", "REQUIRE_XLA": "1", "HF_HUB_OFFLINE": "1"}
+def durations_args(name: str) -> list[str]:
+    """pytest arguments that write a run's durations as JUnit XML where DURATIONS names a folder (make test sets it;
+    tools/durations.py tabulates them); none otherwise."""
+    folder = os.environ.get("DURATIONS")
+    return [f"--junitxml={Path(folder) / f'{name}.xml'}", "-o", f"junit_suite_name={name}"] if folder else []
+
+
+def suite_env(**extra) -> dict:
+    """This process's environment for a baked project's own pytest run, without pytest-xdist's worker variables.
+
+    Under `make test` this process is an xdist worker, and pytest-benchmark (5.x, session.py) takes an inherited
+    PYTEST_XDIST_WORKER for xdist being active in the child too: it would disable every benchmark there."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_XDIST_")}
+    return {**env, **extra}
+
+
+def run_baked_tests(project: Path, *pytest_args: str, name: str) -> str:
+    """Run a baked project's own pytest suite inside it; fail unless it passed with nothing skipped.
+
+    `name` names the suite in the durations table."""
+    env = suite_env(PJRT_DEVICE="CPU", REQUIRE_XLA="1", HF_HUB_OFFLINE="1")
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *durations_args(name), *pytest_args],
         cwd=project, env=env, capture_output=True, text=True, timeout=3600,
     )
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""

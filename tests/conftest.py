@@ -1,10 +1,32 @@
-"""Fixtures that bake the template into temporary folders."""
+"""Fixtures that bake the template into temporary folders, and the order the suite runs in."""
 
 from pathlib import Path
 
 import pytest
 
 from tests.baking import bake_into
+
+MARKERS = (
+    "slow(first=False): runs baked projects' training tests or benchmarks (minutes); first=True: the longest ones",
+    "check_only: what `make check` runs and `make test` runs inside a longer test instead",
+)
+
+
+def pytest_configure(config):
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
+
+
+def run_order(item) -> tuple[bool, bool]:
+    slow = item.get_closest_marker("slow")
+    return slow is None, not (slow and slow.kwargs.get("first"))
+
+
+def pytest_collection_modifyitems(items):
+    """The longest tests first, then the other slow ones: the two workers of `make test` (pytest-xdist, one test at a
+    time to whichever is free) start the longest runs at once and the short tests fill the gaps at the end, instead of
+    one worker finishing a long suite alone. The sort is stable: collection order otherwise."""
+    items.sort(key=run_order)
 
 
 @pytest.fixture

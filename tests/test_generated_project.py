@@ -1,51 +1,58 @@
-"""The baked projects' own test suites pass inside the baked copies."""
+"""The baked projects' own test suites pass inside the baked copies.
 
-import json
-import os
-import subprocess
-import sys
+The four bakes users pick for their task and layout run their whole suites; every other answer runs its fast tier
+(`-m "not slow"`, the tests that train nothing). A baked test trains at its bake's parallelism unless it is about
+the other layout, and the loop's machinery (resume, several processes, the watch, launchers, the loss guard, hosts),
+which is the same for both tasks, is tested in the text-classification bakes; the causal-LM bakes test what the task
+changes. So the four suites together cover both layouts and both tasks once.
+"""
 
 import pytest
 
 from tests.baking import run_baked_tests
 
+# In the order the two workers of `make test` take them: each starts a text-classification suite (the longer ones).
+WHOLE = {
+    "default": {},
+    "causal-lm": {"task": "causal-lm"},
+    "fsdp": {"parallelism": "fsdp"},
+    "causal-lm-fsdp": {"task": "causal-lm", "parallelism": "fsdp"},
+}
+# Every value of every choice cookiecutter.json offers that the four bakes above do not take, each in at least one
+# bake (the three pure bf16 levels need three), with the pairs that interact: pure_bf16 needs bf16, and the notebook
+# and the script each stand alone.
+FAST_TIER = {
+    "script-float32-no-benchmarks": {"variants": "script", "mixed_precision": "no", "include_benchmarks": False},
+    "notebook-downcast-unshared": {"variants": "notebook", "pure_bf16": "downcast", "shared_model": False},
+    "causal-lm-fsdp-cast-script": {"task": "causal-lm", "parallelism": "fsdp", "pure_bf16": "cast",
+                                   "variants": "script"},
+    "causal-lm-xla-notebook-no-benchmarks": {"task": "causal-lm", "pure_bf16": "xla", "variants": "notebook",
+                                             "include_benchmarks": False},
+}
 
-def test_default_project_suite_passes(default_project):
-    run_baked_tests(default_project, "tests")
+
+@pytest.mark.slow(first=True)
+@pytest.mark.parametrize("name", list(WHOLE))
+def test_whole_suite_passes(bake, name):
+    run_baked_tests(bake(**WHOLE[name]), "tests", name=name)
 
 
-def test_causal_lm_project_suite_passes(bake):
-    """task=causal-lm: its whole suite (data, instructions, LoRA, samples, both layouts, several processes, resume,
-    the watch, launchers, the notebook and the architecture matrix) against the same loop."""
-    run_baked_tests(bake(task="causal-lm"), "tests")
+@pytest.mark.check_only
+@pytest.mark.parametrize("task", ["text-classification", "causal-lm"])
+def test_each_task_s_fast_tier_passes(bake, task):
+    """The inner loop's share (make check): what each task's bake tests without training. make test runs these
+    tests inside the whole suites above instead."""
+    run_baked_tests(bake(task=task), "tests", "-m", "not slow", name=f"fast-{task}")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(FAST_TIER))
+def test_other_answers_fast_tiers_pass(bake, name):
+    """The tests that need no training run adapt to the files and answers each bake has."""
+    run_baked_tests(bake(**FAST_TIER[name]), "tests", "-m", "not slow", name=f"fast-{name}")
+
+
+@pytest.mark.slow
 def test_notebook_runs_with_the_model_built_in_each_process(bake):
-    """shared_model=no: the default bake above runs the notebook with the shared model."""
-    run_baked_tests(bake(shared_model=False), "tests/test_notebook.py")
-
-
-@pytest.mark.parametrize(
-    "answers",
-    [
-        {"variants": "script", "include_benchmarks": False, "mixed_precision": "no"},
-        {"variants": "notebook", "pure_bf16": "downcast"},
-    ],
-    ids=["script-only", "notebook-only"],
-)
-def test_other_variants_fast_suites_pass(bake, answers):
-    """The tests that need no training run adapt to the files a variant has."""
-    run_baked_tests(bake(**answers), "tests", "-m", "not xla and not workers")
-
-
-def test_an_fsdp_bake_trains_with_fsdp_by_default_and_launches_one_process_per_host(bake):
-    """parallelism=fsdp at bake time: the default of every run, the pod launcher and the notebook follow it."""
-    project = bake(parallelism="fsdp")
-    run_baked_tests(project, "tests/test_launch.py", "tests/test_notebook.py", "-k", "pod or fsdp")
-    output = project / "outputs"
-    env = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "2", "HF_HUB_OFFLINE": "1"}
-    quick = ["--demo", "--max_seq_length", "32", "--max_train_examples", "64", "--num_epochs", "1", "--export", "false"]
-    subprocess.run([sys.executable, "train.py", "--output_dir", str(output), *quick], cwd=project, env=env, check=True,
-                   capture_output=True, timeout=900)
-    layout = json.loads((output / "report.json").read_text())["layout"]
-    assert layout["parallelism"] == "fsdp" and layout["mesh"] == {"fsdp": 2}
+    """shared_model=no: the default bake runs the notebook with the shared model."""
+    run_baked_tests(bake(shared_model=False), "tests/test_notebook.py", name="notebook-unshared")

@@ -76,6 +76,44 @@ def quick(*extra) -> list[str]:
 NO_XLA_PRELUDE = "import sys; sys.modules['torch_xla'] = None; "
 
 
+# The layout this project was generated for. A test trains at it unless it is about one layout (marked
+# `layout("data")` or `layout("fsdp")`): such a test runs in a project of that layout. The loop's machinery (marked
+# `machinery`: resume, several processes, the watch, launchers, the loss guard, hosts) is the same for both tasks and
+# runs in text-classification projects; a causal-LM project tests what its task changes. The template's `make test`
+# runs four projects (each task in each layout), which together run every test once. TESTS_EVERYWHERE=1 runs them all
+# here too (a test about a layout names it with --parallelism).
+PARALLELISM = "{{ cookiecutter.parallelism }}"
+EVERYWHERE = os.environ.get("TESTS_EVERYWHERE") == "1"
+
+
+def elsewhere(item) -> str | None:
+    """Why this project does not run the test (None: it does)."""
+    layout = item.get_closest_marker("layout")
+    if layout and layout.args[0] != PARALLELISM:
+        return f"about the {layout.args[0]} layout"
+    if item.get_closest_marker("machinery") and TASK != "text-classification":
+        return "machinery the text-classification projects test"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    if EVERYWHERE:
+        return
+    kept, moved = [], []
+    for item in items:
+        (moved if elsewhere(item) else kept).append(item)
+    if moved:
+        config.hook.pytest_deselected(items=moved)
+        items[:] = kept
+
+
+def pytest_report_header(config):
+    if EVERYWHERE:
+        return None
+    machinery = " and the loop's machinery" if TASK != "text-classification" else ""
+    return f"{TASK} project, {PARALLELISM} layout: the tests about the other layout{machinery} are deselected"
+
+
 def pytest_runtest_setup(item):
     if item.get_closest_marker("xla") and not XLA_AVAILABLE:
         if os.environ.get("REQUIRE_XLA") == "1":
@@ -252,7 +290,9 @@ def workers_command(folder, processes: int, *args, hosts=None):
     record.mkdir(parents=True, exist_ok=True)
     output = "outputs" if hosts else str(folder / "outputs")
     places = json.dumps([str(host) for host in hosts]) if hosts else ""
-    command = python_code(WORKERS, str(processes), str(free_port()), str(record), places, "--output_dir", output, *args)
+    # Gloo workers are the data layout (torch_xla is hidden from them), whatever the project's default layout.
+    command = python_code(WORKERS, str(processes), str(free_port()), str(record), places, "--output_dir", output,
+                          "--parallelism", "data", *args)
     return command, record
 
 

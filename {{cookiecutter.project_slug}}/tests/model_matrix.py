@@ -1,6 +1,6 @@
 """The architecture matrix's parts (tests/test_models.py): tiny random-weight models of many architectures, written
-as save_pretrained folders with the project's demo tokenizer, trained through train.py in both layouts, two runs at
-a time, and what each run must show.
+as save_pretrained folders with the project's demo tokenizer, trained through train.py in this project's layout (and,
+in an fsdp project, in the data layout too, to compare them), two runs at a time, and what each run must show.
 
 Nothing is downloaded: every model is built from transformers' own config class at a tiny shape.
 """
@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from conftest import PROJECT, TASK, child_env, python_command, spmd_env
+from conftest import PARALLELISM, PROJECT, TASK, child_env, python_command, spmd_env
 
 from {{ cookiecutter.project_slug }}.config import TrainConfig
 from {{ cookiecutter.project_slug }}.data import DEMO_FILES
@@ -36,10 +36,14 @@ TRANSFERS_PER_EPOCH = 2
 GRAPHS = 3
 # High, to learn in one short epoch from random weights: at 1e-3 a one-layer BERT classifier was still at chance.
 LEARNING_RATE = "1e-3" if TASK == "causal-lm" else "3e-3"
-LAYOUTS = {
-    "data": ([], 1),
+ALL_LAYOUTS = {
+    "data": (["--parallelism", "data"], 1),
     "fsdp": (["--parallelism", "fsdp"], DEVICES),
 }
+# A data project trains each architecture in the data layout; an fsdp project in both, to compare the two
+# (compare_layouts), and reports its fsdp rows: the four projects of the template's `make test` train each
+# architecture once per layout, and compare the layouts once per task.
+LAYOUTS = ALL_LAYOUTS if PARALLELISM == "fsdp" else {"data": ALL_LAYOUTS["data"]}
 RUN = [
     "--demo", "false", "--dataset", "files", "--train_file", str(DEMO_FILES["train"]), "--eval_file",
     str(DEMO_FILES["eval"]), "--max_seq_length", str(LENGTH), "--max_train_examples", str(TRAIN_EXAMPLES),
@@ -271,11 +275,13 @@ def compare_layouts(rows: dict, tolerance: float = 0.05) -> None:
 
 
 def write_results(rows: list) -> Path | None:
-    """The rows as JSON into the folder MODEL_MATRIX_RESULTS names (one file per task), when it is set."""
+    """The rows of this project's layout as JSON into the folder MODEL_MATRIX_RESULTS names (one file per task and
+    layout), when it is set."""
     folder = os.environ.get("MODEL_MATRIX_RESULTS")
     if not folder:
         return None
-    path = Path(folder) / f"models-{TASK}.json"
+    rows = [row for row in rows if row.layout == PARALLELISM]
+    path = Path(folder) / f"models-{TASK}-{PARALLELISM}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"task": TASK, "rows": [row.as_dict() for row in rows]}, indent=2) + "\n")
     return path

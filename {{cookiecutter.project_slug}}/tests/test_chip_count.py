@@ -1,13 +1,14 @@
 """The demo learns at any chip count: its global batch (config.DEMO_GLOBAL_BATCH) is split over the chips.
 
 At a fixed per-chip batch the demo's steps would shrink with the chips (8 chips at 16 each: 3 steps an epoch) and it
-would end untrained on a v5e-8. Here it runs the same schedule on 8 XLA CPU devices (fsdp) and in 2 gloo processes
-(data) as on one device, and reaches the bar the one-device demo reaches (conftest.DEMO_BAR). A user's own data keep
+would end untrained on a v5e-8. Here it runs the same schedule on 8 XLA CPU devices (fsdp, in an fsdp project) and in
+2 gloo processes (data, in a data project) as on one device, and reaches the bar the one-device demo reaches
+(conftest.DEMO_BAR). A user's own data keep
 the per-chip batch (--train_batch_size, default the bake's answer).
 """
 
 import pytest
-from conftest import TASK, demo_learned, spmd_env, train, train_in_workers
+from conftest import PARALLELISM, TASK, demo_learned, spmd_env, train, train_in_workers
 
 from {{ cookiecutter.project_slug }}.config import DEMO_GLOBAL_BATCH, TRAIN_BATCH_SIZE, TrainConfig
 
@@ -33,9 +34,13 @@ def test_the_per_chip_batch_is_the_demo_s_global_one_split_or_as_given():
 
 
 @pytest.mark.xla
+@pytest.mark.layout("fsdp")
+@pytest.mark.slow
 def test_the_demo_learns_on_eight_fsdp_devices(tmp_path):
-    report, _ = train(tmp_path, *DEMO, "--parallelism", "fsdp", env=spmd_env(8))
-    assert report["layout"]["mesh"] == {"fsdp": 8}
+    # In an fsdp project the run takes the project's default layout: the baked answer reaches train.py.
+    layout = [] if PARALLELISM == "fsdp" else ["--parallelism", "fsdp"]
+    report, _ = train(tmp_path, *DEMO, *layout, env=spmd_env(8))
+    assert report["layout"]["parallelism"] == "fsdp" and report["layout"]["mesh"] == {"fsdp": 8}
     assert report["train_batch"] == {"per_chip": DEMO_GLOBAL_BATCH // 8, "global": DEMO_GLOBAL_BATCH}
     assert report["learning_rate"]["optimizer_steps"] == demo_steps(report)
     assert report["recompilations"] == 0 and report["xla_compilations"] == 3
@@ -46,6 +51,8 @@ def test_the_demo_learns_on_eight_fsdp_devices(tmp_path):
 # never reached the process group's rendezvous (the others waited in gloo's connectFullMesh until the 900 s timeout).
 # Two and three workers are what test_multiprocess.py has run reliably.
 @pytest.mark.workers
+@pytest.mark.layout("data")
+@pytest.mark.slow
 def test_the_demo_learns_in_two_data_parallel_processes(tmp_path):
     report, _, rates = train_in_workers(tmp_path, 2, *DEMO)
     assert report["num_processes"] == 2 and len(rates) == 2

@@ -1,7 +1,8 @@
 """The fsdp layout (SPMD FSDPv2) on 4 XLA CPU devices in one process: the same training as one device, sharded.
 
 `CPU_NUM_DEVICES=4` gives four real XLA devices; the graphs, their sharding and the checkpoints are real.
-Each run is a fresh process (SPMD is chosen before the runtime starts).
+Each run is a fresh process (SPMD is chosen before the runtime starts). The runs are about the fsdp layout: they run
+in a project baked with parallelism=fsdp (tests/conftest.py); the checks of its options run everywhere.
 """
 
 import signal
@@ -25,12 +26,14 @@ from conftest import (
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
 from {{ cookiecutter.project_slug }}.parallel.fsdp_wrapping import layer_class
 
-# The demo in float32 (so that 1e-4 means something), 2 epochs. The global batches are the same
-# both ways (train 16, eval 64): each step syncs the graph once and every sync advances XLA's random seed, so
-# the same number of eval steps keeps the next epoch's dropout masks the same.
+# The demo in float32 (so that 1e-4 means something), 2 epochs, each half naming its layout (it trains in an fsdp
+# project, whose default is fsdp). The global batches are the same both ways (train 16, eval 64): each step syncs the
+# graph once and every sync advances XLA's random seed, so the same number of eval steps keeps the next epoch's dropout
+# masks the same.
 RUN = ["--demo", "true", "--max_seq_length", "64", "--num_epochs", "2", "--mixed_precision", "no",
        "--max_recompilations", "0"]
-ONE_DEVICE = ["--train_batch_size", "16", "--eval_batch_size", "64", "--checkpoint", "false", "--export", "false"]
+ONE_DEVICE = ["--parallelism", "data", "--train_batch_size", "16", "--eval_batch_size", "64", "--checkpoint", "false",
+              "--export", "false"]
 FOUR_DEVICES = ["--parallelism", "fsdp", "--train_batch_size", "4", "--eval_batch_size", "16", "--save_steps", "5"]
 DEVICES = 4
 
@@ -48,6 +51,8 @@ def four_devices(tmp_path_factory):
 
 
 @pytest.mark.xla
+@pytest.mark.layout("fsdp")
+@pytest.mark.slow
 def test_four_sharded_devices_train_like_one(one_device, four_devices):
     single, _, single_losses = one_device
     sharded, _, sharded_losses, _ = four_devices
@@ -64,6 +69,8 @@ def test_four_sharded_devices_train_like_one(one_device, four_devices):
 
 
 @pytest.mark.xla
+@pytest.mark.layout("fsdp")
+@pytest.mark.slow
 def test_each_device_holds_a_quarter_of_every_parameter_and_of_the_optimizer_state(one_device, four_devices):
     layout = four_devices[0]["layout"]
     assert layout["mesh"] == {"fsdp": DEVICES} and layout["devices"] == DEVICES
@@ -80,6 +87,8 @@ def test_each_device_holds_a_quarter_of_every_parameter_and_of_the_optimizer_sta
 
 
 @pytest.mark.xla
+@pytest.mark.layout("fsdp")
+@pytest.mark.slow
 def test_sharding_adds_no_graph_and_epochs_add_none(one_device, four_devices):
     single, sharded = one_device[0], four_devices[0]
     # The same 3 graphs as one device (first step, step with optimizer state, evaluation): sharding needs none
@@ -91,6 +100,8 @@ def test_sharding_adds_no_graph_and_epochs_add_none(one_device, four_devices):
 
 
 @pytest.mark.xla
+@pytest.mark.layout("fsdp")
+@pytest.mark.slow
 def test_sigkill_and_resume_end_with_the_uninterrupted_weights_and_metrics(tmp_path, four_devices):
     uninterrupted, _, _, uninterrupted_output = four_devices
     output = tmp_path / "outputs"
@@ -124,6 +135,8 @@ def assert_same_weights(folder, other) -> None:
     assert not different, different
 
 
+@pytest.mark.layout("fsdp")
+@pytest.mark.slow
 def test_the_export_loads_with_from_pretrained_off_xla_and_evaluates_to_the_run_s_metrics(four_devices):
     """The exported folder is a plain save_pretrained one: no wrapper prefixes, no torch_xla needed to read it.
 
@@ -148,6 +161,8 @@ def test_the_export_loads_with_from_pretrained_off_xla_and_evaluates_to_the_run_
 
 
 @pytest.mark.xla
+@pytest.mark.layout("fsdp")
+@pytest.mark.slow
 def test_gradient_checkpointing_trains_in_both_layouts(tmp_path, one_device, four_devices):
     """It runs on XLA:CPU (torch_xla's checkpoint around each block); its memory saving shows only on a TPU.
 

@@ -12,7 +12,7 @@ from conftest import eval_examples, python_code, quick, run, train
 from {{ cookiecutter.project_slug }}.checkpointing import LATEST
 from {{ cookiecutter.project_slug }}.compile_analysis import HOST_READ, parse_analyses
 
-pytestmark = pytest.mark.xla
+pytestmark = [pytest.mark.xla, pytest.mark.machinery]
 
 DYNAMIC_FIX = "padding='dynamic' pads to the longest row: use padding='fixed'"
 
@@ -21,6 +21,7 @@ def graphs_of(report, phase=None):
     return [graph for graph in report["graphs"]["graphs"] if phase in (None, graph["phase"])]
 
 
+@pytest.mark.slow
 def test_default_demo_compiles_only_warm_up_graphs_each_named(demo_report):
     """The default demo (baked epochs), stopped by any recompilation: every graph is warm-up, with its phase."""
     report, _ = demo_report("fp32")
@@ -39,6 +40,7 @@ def test_default_demo_compiles_only_warm_up_graphs_each_named(demo_report):
     assert report["device_to_host_transfers"] == 2 * report["epochs"]  # the loss sum and the eval counts, per epoch
 
 
+@pytest.mark.slow
 def test_dynamic_padding_recompiles_and_says_why_once(tmp_path):
     report, result = train(tmp_path, *quick("--padding", "dynamic", "--num_epochs", "2", "--max_recompilations", "1000"))
     recompiled = [graph for graph in graphs_of(report) if not graph["warmup"]]
@@ -53,6 +55,7 @@ def test_dynamic_padding_recompiles_and_says_why_once(tmp_path):
     assert (first["step"], first["batch_shapes"]["input_ids"][1]) == (int(found.group(1)), int(found.group(2)))
 
 
+@pytest.mark.slow
 def test_the_limit_stops_the_run_at_the_first_recompilation(tmp_path):
     report, result = train(tmp_path, *quick("--padding", "dynamic", "--num_epochs", "2"), check=False)
     assert result.returncode == 2
@@ -68,6 +71,7 @@ def watched_float32(tmp_path_factory):
     return train(tmp_path_factory.mktemp("watch-on"), *quick("--mixed_precision", "no", "--num_epochs", "2"))
 
 
+@pytest.mark.slow
 def test_an_eval_batch_size_unlike_the_train_size_compiles_its_eval_graph_in_warm_up(watched_float32, run_training):
     same, _ = watched_float32
     other, _ = run_training(*quick("--eval_batch_size", "24", "--mixed_precision", "no"))
@@ -99,6 +103,7 @@ runpy.run_module("{{ cookiecutter.project_slug }}.cli", run_name="__main__", alt
 """
 
 
+@pytest.mark.slow
 def test_a_host_read_is_named_by_its_cause_and_frame_and_the_checkpoint_is_kept(tmp_path):
     output = tmp_path / "outputs"
     result = run(python_code(HOST_READ_IN_THE_STEP, "--output_dir", str(output), *quick("--num_epochs", "2")), check=False)
@@ -114,6 +119,7 @@ def test_a_host_read_is_named_by_its_cause_and_frame_and_the_checkpoint_is_kept(
     assert HOST_READ in [analysis.cause for analysis in parse_analyses(log)[-2:]]
 
 
+@pytest.mark.slow
 def test_the_watch_adds_no_graph_and_no_transfer(tmp_path, watched_float32):
     on, _ = watched_float32
     off, _ = train(tmp_path / "off", *quick("--mixed_precision", "no", "--num_epochs", "2", "--watch_compilations", "false"))

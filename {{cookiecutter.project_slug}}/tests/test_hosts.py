@@ -22,7 +22,7 @@ from conftest import PROJECT, child_env, free_port, python_code
 from {{ cookiecutter.project_slug }}.checkpointing import LATEST, PROGRESS
 from {{ cookiecutter.project_slug }}.parallel.fsdp_checkpoint import HOST_STATE
 
-pytestmark = pytest.mark.xla
+pytestmark = [pytest.mark.xla, pytest.mark.layout("fsdp"), pytest.mark.machinery, pytest.mark.slow]
 
 HOST = """
 import atexit, json, os, sys

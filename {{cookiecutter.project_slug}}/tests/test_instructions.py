@@ -213,6 +213,7 @@ def instruction_run(tmp_path_factory):
 
 
 @pytest.mark.xla
+@pytest.mark.slow
 def test_the_demo_model_learns_the_shipped_instructions_in_three_graphs(instruction_run, shipped):
     tokenizer, _, _, eval_blocks = shipped
     report = instruction_run
@@ -227,6 +228,7 @@ def test_the_demo_model_learns_the_shipped_instructions_in_three_graphs(instruct
 
 
 @pytest.mark.xla
+@pytest.mark.slow
 def test_lora_on_a_trained_base_learns_the_instructions_at_its_default_rate(tmp_path):
     """The way most LLM fine-tuning runs: a trained base (the demo model after an epoch of plain text, exported),
     LoRA adapters (--lora_r 8), instruction data, and no --learning_rate: the adapters' default rate (ten times the

@@ -76,6 +76,8 @@ def test_config_loads_with_accelerates_loader_and_holds_the_baked_answers(name):
 
 
 @pytest.mark.xla
+@pytest.mark.machinery
+@pytest.mark.slow
 def test_accelerate_launch_with_the_local_config_trains_the_demo_on_xla_cpu(tmp_path):
     output = tmp_path / "outputs"
     command = [
@@ -101,6 +103,8 @@ def launch(*args, env):
 
 
 @pytest.mark.xla
+@pytest.mark.machinery
+@pytest.mark.slow
 def test_a_failed_run_exits_non_zero_through_accelerate_launch_on_xla(tmp_path):
     """Accelerate's XLA launcher calls main() itself and drops its return value: the failure must raise."""
     result = launch("--config_file", "configs/xla-cpu.yaml", *ENTRY, "--output_dir", str(tmp_path), *BAD_DATA,
@@ -110,6 +114,9 @@ def test_a_failed_run_exits_non_zero_through_accelerate_launch_on_xla(tmp_path):
 
 
 @pytest.mark.workers
+@pytest.mark.machinery
+@pytest.mark.slow
+@pytest.mark.layout("data")
 def test_a_failed_run_exits_non_zero_through_accelerate_launch_with_two_cpu_processes(tmp_path):
     """torchrun starts two workers (MULTI_CPU, gloo); torch_xla is hidden in each by a sitecustomize."""
     hide = tmp_path / "hide-torch-xla"
@@ -117,7 +124,7 @@ def test_a_failed_run_exits_non_zero_through_accelerate_launch_with_two_cpu_proc
     (hide / "sitecustomize.py").write_text(NO_XLA_PRELUDE + "\n")
     env = child_env(xla=False, PYTHONPATH=str(hide))
     command = ["--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-               "--dynamo_backend", "no", *ENTRY, "--output_dir", str(tmp_path / "outputs")]
+               "--dynamo_backend", "no", *ENTRY, "--output_dir", str(tmp_path / "outputs"), "--parallelism", "data"]
     result = launch(*command, *BAD_DATA, env=env)
     assert result.returncode != 0
     assert BAD_DATA_ERROR in result.stderr.splitlines(), result.stderr[-3000:]
@@ -289,9 +296,20 @@ def test_workflow_runs_only_commands_the_readme_gives(path):
         assert argv in readme, f"{path.name} runs {shlex.join(argv)!r}, which README.md does not give"
 
 
-def test_ci_runs_the_tests_on_the_xla_cpu_device():
-    commands = workflow_commands(PROJECT / ".github" / "workflows" / "ci.yml")
-    assert any(argv[0] == "PJRT_DEVICE=CPU" and "pytest" in argv for argv in commands)
+def test_ci_runs_the_fast_tier_on_every_push_and_the_whole_suite_on_pull_requests_and_weekly():
+    path = PROJECT / ".github" / "workflows" / "ci.yml"
+    workflow = yaml.safe_load(path.read_text(encoding="utf-8"))
+    triggers = workflow[True]  # YAML 1.1 reads the key `on` as True
+    assert {"push", "pull_request", "schedule"} <= set(triggers) and triggers["schedule"][0]["cron"]
+    jobs = workflow["jobs"]
+    assert jobs["fast"]["if"] == "github.event_name == 'push'"
+    assert jobs["full"]["if"] == "github.event_name != 'push'"
+    tests = {}
+    for name, job in jobs.items():
+        (argv,) = [tuple(shlex.split(step["run"])) for step in job["steps"] if "pytest" in step.get("run", "")]
+        assert argv[0] == "PJRT_DEVICE=CPU" and "REQUIRE_XLA=1" in argv, argv
+        tests[name] = argv[argv.index("pytest") + 1:]
+    assert tests == {"fast": ("-m", "not slow"), "full": ()}
 
 {%- if cookiecutter.include_benchmarks %}
 

@@ -1,8 +1,9 @@
 """LoRA (--lora_r): adapters on a frozen base, in both layouts, with the graphs, checkpoints, resume and export of
 full fine-tuning.
 
-One data-layout run of 2 epochs (float32, so that "the same" means bit for bit) is shared by most tests; one fsdp
-run of 2 epochs on 2 SPMD devices checks the sharded layout and its resume.
+One data-layout run of 2 epochs (float32, so that "the same" means bit for bit) is shared by the data layout's tests;
+one fsdp run of 2 epochs on 2 SPMD devices checks the sharded layout and its resume. Each layout's tests run in a
+project of that layout (tests/conftest.py).
 """
 
 import json
@@ -17,7 +18,7 @@ from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
 from {{ cookiecutter.project_slug }}.tasks import task
 
 LORA = ["--lora_r", "4", "--mixed_precision", "no"]
-DATA_RUN = quick("--num_epochs", "2", *LORA, "--merge_lora", "true")
+DATA_RUN = quick("--num_epochs", "2", *LORA, "--parallelism", "data", "--merge_lora", "true")
 FSDP_RUN = quick("--num_epochs", "2", *LORA, "--parallelism", "fsdp", "--export", "false")
 TRAINED = ("lora_", "modules_to_save")  # what peft names the adapters and the trainable copy of a classifier's head
 METRICS = ("eval_loss", "eval_examples_counted", "eval_perplexity" if TASK == "causal-lm" else "eval_accuracy")
@@ -45,7 +46,8 @@ def demo_parts():
 
 
 @pytest.mark.xla
-@pytest.mark.parametrize("layout", ["data", "fsdp"])
+@pytest.mark.parametrize("layout", [pytest.param(name, marks=pytest.mark.layout(name)) for name in ("data", "fsdp")])
+@pytest.mark.slow
 def test_lora_compiles_three_graphs_and_trains_only_the_adapters(request, layout):
     report, _ = request.getfixturevalue(f"{layout}_run")
     assert (report["xla_compilations"], report["recompilations"]) == (3, 0)
@@ -61,6 +63,8 @@ def test_lora_compiles_three_graphs_and_trains_only_the_adapters(request, layout
 
 
 @pytest.mark.xla
+@pytest.mark.layout("fsdp")
+@pytest.mark.slow
 def test_fsdp_shards_the_adapters_optimizer_state_over_its_devices(data_run, fsdp_run):
     data, _ = data_run
     fsdp, output = fsdp_run
@@ -75,6 +79,8 @@ def test_fsdp_shards_the_adapters_optimizer_state_over_its_devices(data_run, fsd
 
 
 @pytest.mark.xla
+@pytest.mark.layout("data")
+@pytest.mark.slow
 def test_the_frozen_base_is_unchanged_and_the_adapters_moved(data_run):
     from safetensors.torch import load_file
 
@@ -91,6 +97,8 @@ def test_the_frozen_base_is_unchanged_and_the_adapters_moved(data_run):
 
 
 @pytest.mark.xla
+@pytest.mark.layout("data")
+@pytest.mark.slow
 def test_the_checkpoint_holds_only_the_adapters_and_is_a_small_part_of_the_model(data_run):
     _, output = data_run
     folder = output / "checkpoints" / "epoch-2"
@@ -115,6 +123,8 @@ def resume_after_epoch_1(uninterrupted_run, tmp_path, run, env=None) -> dict:
 
 
 @pytest.mark.xla
+@pytest.mark.layout("data")
+@pytest.mark.slow
 def test_resumed_from_epoch_1_ends_as_the_uninterrupted_run(data_run, tmp_path):
     """The data layout's checkpoint (adapters and their optimizer state only): metrics and final adapters bit for bit."""
     resume_after_epoch_1(data_run, tmp_path, DATA_RUN)
@@ -128,6 +138,8 @@ def test_resumed_from_epoch_1_ends_as_the_uninterrupted_run(data_run, tmp_path):
 
 
 @pytest.mark.xla
+@pytest.mark.layout("fsdp")
+@pytest.mark.slow
 def test_fsdp_resumed_from_epoch_1_ends_as_the_uninterrupted_run(fsdp_run, tmp_path):
     """The sharded checkpoint (adapters and their optimizer state only) resumes to the uninterrupted run's metrics."""
     resume_after_epoch_1(fsdp_run, tmp_path, FSDP_RUN, env=spmd_env(2))
@@ -142,6 +154,8 @@ def test_a_pretrained_model_trains_its_adapters_at_ten_times_the_full_fine_tunin
 
 
 @pytest.mark.xla
+@pytest.mark.layout("data")
+@pytest.mark.slow
 def test_the_adapter_export_loads_with_peft_and_the_merged_one_gives_its_logits(data_run):
     import peft
 

@@ -12,7 +12,7 @@ from conftest import child_env, python_code, run
 from {{ cookiecutter.project_slug }}.checkpointing import latest_checkpoint, read_progress
 from {{ cookiecutter.project_slug }}.loss_guard import EXIT_CODE, likely_fix
 
-pytestmark = pytest.mark.xla
+pytestmark = [pytest.mark.xla, pytest.mark.machinery]
 
 # The project's command line, with the task's model built with a NaN from optimizer step sys.argv[1] on.
 POISONED_RUN = """
@@ -57,6 +57,7 @@ def error_lines(result) -> list[str]:
     return [line for line in result.stderr.splitlines() if line.startswith("error:")]
 
 
+@pytest.mark.slow
 def test_a_nan_in_the_second_epoch_stops_it_and_keeps_the_first_epochs_checkpoint(tmp_path):
     output = tmp_path / "outputs"
     result = poisoned_run(output, 6, "--num_epochs", "3")
@@ -80,6 +81,7 @@ def test_a_nan_in_the_second_epoch_stops_it_and_keeps_the_first_epochs_checkpoin
     assert report["epochs_run"] == 2 and report["eval_loss"] == report["eval_loss"]  # finite, not NaN
 
 
+@pytest.mark.slow
 def test_a_nan_before_a_step_checkpoint_stops_the_epoch_there(tmp_path):
     """Checkpoints every 2 steps: the NaN of step 3 is read before step 4's checkpoint, which is not written."""
     output = tmp_path / "outputs"

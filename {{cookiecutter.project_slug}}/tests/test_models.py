@@ -1,18 +1,18 @@
 """The architecture matrix: your own model, at your chip count.
 
 Tiny random-weight models of the architectures people bring (built from transformers' config classes, written with
-save_pretrained next to the project's demo tokenizer: no hub) train through train.py on the shipped demo files, in
-both layouts: data (one device) and fsdp (two SPMD devices). Each must compile its 3 graphs and no more, read the
-device only at the epoch's end, learn (its eval loss below the untrained model's on the host, in float32), learn the
-same in both layouts, and export a folder that from_pretrained loads. The rows are written for the README's Models
-table when MODEL_MATRIX_RESULTS names a folder.
+save_pretrained next to the project's demo tokenizer: no hub) train through train.py on the shipped demo files in
+this project's layout: data (one device), or fsdp (two SPMD devices) and data, to compare them. Each must compile its
+3 graphs and no more, read the device only at the epoch's end, learn (its eval loss below the untrained model's on the
+host, in float32), learn the same in both layouts (fsdp projects), and export a folder that from_pretrained loads. The
+rows of this project's layout are written for the README's Models table when MODEL_MATRIX_RESULTS names a folder.
 """
 
 import model_matrix as parts
 import pytest
 from model_matrix import ARCHITECTURES, LAYOUTS
 
-pytestmark = pytest.mark.xla
+pytestmark = [pytest.mark.xla, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from conftest import METRIC, eval_examples, quick, train_in_workers
 
 from {{ cookiecutter.project_slug }}.config import TrainConfig
 
-pytestmark = pytest.mark.workers
+pytestmark = [pytest.mark.workers, pytest.mark.layout("data"), pytest.mark.machinery, pytest.mark.slow]
 
 # QUICK with 2 epochs, in float32 (bf16 on a plain CPU is autocast, slow and beside the point here).
 RUN = quick("--num_epochs", "2", "--mixed_precision", "no", "--checkpoint", "false")

@@ -22,6 +22,9 @@ from nbclient.exceptions import CellExecutionError
 from {{ cookiecutter.project_slug }}.cli import parse
 from {{ cookiecutter.project_slug }}.config import TrainConfig
 
+# Every test here executes the notebook: the launchers are the loop's machinery (tests/conftest.py).
+pytestmark = [pytest.mark.machinery, pytest.mark.slow]
+
 NOTEBOOK = PROJECT / "train_on_tpu.ipynb"
 KERNEL = "{{ cookiecutter.project_slug }}-test"
 SHARED_MODEL = {{ cookiecutter.shared_model }}
@@ -77,14 +80,17 @@ def check_report(notebook, output_dir, device, distributed_type, num_processes):
 
 
 @pytest.mark.xla
+@pytest.mark.layout("data")
 def test_notebook_on_the_xla_cpu_device_in_one_process(kernel_specs, tmp_path):
     output_dir = tmp_path / "outputs"
-    notebook = execute(kernel_specs, child_env(xla=True), quick_overrides(output_dir, num_processes=1))
+    overrides = quick_overrides(output_dir, num_processes=1, parallelism="data")
+    notebook = execute(kernel_specs, child_env(xla=True), overrides)
     report = check_report(notebook, output_dir, "xla:CPU", "XLA", 1)
     assert report["xla_compilations"] >= 1
 
 
 @pytest.mark.xla
+@pytest.mark.layout("fsdp")
 def test_notebook_runs_fsdp_in_its_own_process_on_four_devices(kernel_specs, tmp_path):
     """parallelism=fsdp: nothing forks; the kernel's process drives all four XLA devices (SPMD)."""
     output_dir = tmp_path / "outputs"
@@ -94,11 +100,12 @@ def test_notebook_runs_fsdp_in_its_own_process_on_four_devices(kernel_specs, tmp
     assert report["layout"]["parallelism"] == "fsdp" and report["layout"]["mesh"] == {"fsdp": 4}
 
 
+@pytest.mark.layout("data")
 def test_notebook_forks_two_workers_on_the_plain_cpu(kernel_specs, tmp_path):
     """torch_xla hidden (a laptop): notebook_launcher forks two gloo workers that train as one run."""
     output_dir = tmp_path / "outputs"
     notebook = execute(
-        kernel_specs, child_env(xla=False), quick_overrides(output_dir, num_processes=2),
+        kernel_specs, child_env(xla=False), quick_overrides(output_dir, num_processes=2, parallelism="data"),
         extra_cells=[NO_XLA_PRELUDE], before="install-why",
     )
     report = check_report(notebook, output_dir, "cpu", "MULTI_CPU", 2)
@@ -130,14 +137,14 @@ def test_guard_stops_a_notebook_that_used_the_device(kernel_specs, tmp_path):
 @pytest.mark.parametrize(
     "processes",
     [pytest.param(1, marks=pytest.mark.xla, id="xla-in-the-notebooks-process"),
-     pytest.param(2, marks=pytest.mark.workers, id="two-forked-cpu-workers")],
+     pytest.param(2, marks=[pytest.mark.workers, pytest.mark.layout("data")], id="two-forked-cpu-workers")],
 )
 def test_a_failed_run_raises_in_the_launch_cell(kernel_specs, tmp_path, local_model, processes):
     """A bad data file: the launch cell raises (and so does nbclient, papermill or a CI job running it)."""
     output_dir = tmp_path / "outputs"
     overrides = quick_overrides(
         output_dir, num_processes=processes, demo=False, model_name_or_path=str(local_model), dataset="files",
-        train_file="/nonexistent.csv", eval_file="/nonexistent.csv",
+        train_file="/nonexistent.csv", eval_file="/nonexistent.csv", **({} if processes == 1 else {"parallelism": "data"}),
     )
     xla = processes == 1
     extra = {"extra_cells": [NO_XLA_PRELUDE], "before": "install-why"} if not xla else {}

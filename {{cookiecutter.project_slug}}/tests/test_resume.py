@@ -6,6 +6,9 @@ The kill points are made deterministic by watching the run: between epochs (as s
 LATEST names epoch 1), in a training step (after epoch 2's first step is reported, while
 the rest of the epoch runs) and in a save (PAUSE_IN_SAVE, injected by this test, holds a fully
 staged, not yet committed checkpoint open long enough to be killed there).
+
+All of it is the loop's machinery, tested in text-classification projects (tests/conftest.py), except a SIGTERM in the
+middle of an epoch and its resume, which every project runs on its own task's batches.
 """
 
 import json
@@ -145,6 +148,8 @@ def reference(tmp_path_factory):
 
 
 @pytest.mark.xla
+@pytest.mark.machinery
+@pytest.mark.slow
 def test_killed_three_times_resumes_to_the_uninterrupted_result(reference, tmp_path):
     """Also issue 3's promise: a run stopped after epoch 1 and resumed ends with the same weights."""
     final, expected = reference
@@ -191,7 +196,12 @@ def resume_to_the_end(output, expected, final):
 
 
 @pytest.mark.xla
-@pytest.mark.parametrize("point", ["early-in-epoch-1", "mid-epoch-2", "during-the-epoch-1-save"])
+@pytest.mark.parametrize("point", [
+    pytest.param("early-in-epoch-1", marks=pytest.mark.machinery),
+    "mid-epoch-2",  # also a task's own: a causal-LM project resumes inside an epoch of packed blocks
+    pytest.param("during-the-epoch-1-save", marks=pytest.mark.machinery),
+])
+@pytest.mark.slow
 def test_sigterm_stops_at_a_step_with_a_checkpoint_and_resume_ends_as_the_uninterrupted_run(reference, tmp_path, point):
     """A preemption's SIGTERM: the step in flight finishes, a checkpoint is written, the exit status says so."""
     final, expected = reference
@@ -223,6 +233,8 @@ def test_sigterm_stops_at_a_step_with_a_checkpoint_and_resume_ends_as_the_uninte
 
 
 @pytest.mark.xla
+@pytest.mark.machinery
+@pytest.mark.slow
 def test_sigkill_during_a_step_checkpoint_keeps_the_previous_one(reference, tmp_path):
     final, expected = reference
     output = tmp_path / "outputs"
@@ -236,6 +248,8 @@ def test_sigkill_during_a_step_checkpoint_keeps_the_previous_one(reference, tmp_
 
 
 @pytest.mark.xla
+@pytest.mark.machinery
+@pytest.mark.slow
 def test_step_checkpoints_add_no_graph_keep_the_newest_and_report_their_cost(reference, tmp_path):
     _, expected = reference
     output = tmp_path / "outputs"
@@ -271,6 +285,8 @@ FULL_DISK_ON_SECOND_SAVE = cli_with_save_state("""
 
 
 @pytest.mark.xla
+@pytest.mark.machinery
+@pytest.mark.slow
 def test_disk_full_during_save_keeps_previous_checkpoint(reference, tmp_path):
     final, _ = reference
     first = final.parent / "epoch-1"
@@ -298,6 +314,7 @@ def test_disk_full_during_save_keeps_previous_checkpoint(reference, tmp_path):
 
 
 @pytest.mark.parametrize("where", ["under-a-file", "is-a-file", "proc"])
+@pytest.mark.machinery
 def test_unwritable_output_dir_is_named(tmp_path, where):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
@@ -307,6 +324,7 @@ def test_unwritable_output_dir_is_named(tmp_path, where):
 
 
 @pytest.mark.xla
+@pytest.mark.machinery
 def test_unwritable_output_dir_fails_before_training(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
@@ -321,6 +339,7 @@ def test_unwritable_output_dir_fails_before_training(tmp_path):
 
 @pytest.mark.xla
 @pytest.mark.parametrize("where", ["under-a-file", "a-folder"])
+@pytest.mark.machinery
 def test_unwritable_report_path_fails_before_training(tmp_path, where):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
@@ -333,6 +352,7 @@ def test_unwritable_report_path_fails_before_training(tmp_path, where):
     assert "epoch 1/" not in result.stderr + result.stdout
 
 
+@pytest.mark.machinery
 def test_stop_signals_are_noted_not_raised_and_a_second_one_acts_as_usual():
     """SIGTERM and SIGINT (Ctrl-C) inside the loop only set a flag; the loop stops at the next step boundary."""
     import os
@@ -355,6 +375,7 @@ def test_stop_signals_are_noted_not_raised_and_a_second_one_acts_as_usual():
         signal.signal(signal.SIGINT, before)
 
 
+@pytest.mark.machinery
 def test_save_policy_by_steps_and_by_minutes(monkeypatch):
     from {{ cookiecutter.project_slug }} import checkpoint_schedule
 

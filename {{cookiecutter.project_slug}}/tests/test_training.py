@@ -3,7 +3,7 @@
 import pytest
 from conftest import quick
 
-pytestmark = pytest.mark.xla
+pytestmark = [pytest.mark.xla, pytest.mark.slow]
 
 REPORT_FIELDS = (
     "device", "distributed_type", "num_processes", "epochs", "train_examples", "steady_examples_per_second",
