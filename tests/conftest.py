@@ -18,8 +18,11 @@ def pytest_configure(config):
 
 
 def run_order(item) -> tuple[bool, bool]:
+    """(not slow, not one of the longest): the longest are the slow ones marked first, and the fast tiers that only
+    `make check` runs (the longest of its tests)."""
     slow = item.get_closest_marker("slow")
-    return slow is None, not (slow and slow.kwargs.get("first"))
+    longest = bool(slow and slow.kwargs.get("first")) or item.get_closest_marker("check_only") is not None
+    return slow is None and not longest, not longest
 
 
 def pytest_collection_modifyitems(items):

@@ -2,9 +2,9 @@
 
 The four bakes users pick for their task and layout run their whole suites; every other answer runs its fast tier
 (`-m "not slow"`, the tests that train nothing). A baked test trains at its bake's parallelism unless it is about
-the other layout, and the loop's machinery (resume, several processes, the watch, launchers, the loss guard, hosts),
-which is the same for both tasks, is tested in the text-classification bakes; the causal-LM bakes test what the task
-changes. So the four suites together cover both layouts and both tasks once.
+one layout, and then runs in that layout's bakes; the loop's machinery (resume, several processes, the watch,
+launchers, the loss guard, hosts), the same for both tasks, is tested in the default bake (and in the fsdp one where
+it is about fsdp); the causal-LM bakes test what the task changes. So the four suites together run every test once.
 """
 
 import pytest

@@ -78,12 +78,11 @@ NO_XLA_PRELUDE = "import sys; sys.modules['torch_xla'] = None; "
 
 # The layout this project was generated for. A test trains at it unless it is about one layout (marked
 # `layout("data")` or `layout("fsdp")`): such a test runs in a project of that layout. The loop's machinery (marked
-# `machinery`: resume, several processes, the watch, launchers, the loss guard, hosts) is the same for both tasks and
-# runs in text-classification projects; a causal-LM project tests what its task changes. The template's `make test`
-# runs four projects (each task in each layout), which together run every test once. TESTS_EVERYWHERE=1 runs them all
-# here too (a test about a layout names it with --parallelism).
+# `machinery`: resume, several processes, the watch, launchers and the notebook, the loss guard, hosts) is the same for
+# both tasks and runs in text-classification projects, in the data layout unless it is about the fsdp one (sharded
+# checkpoints, hosts); a causal-LM project tests what its task changes. The template's `make test` runs four projects
+# (each task in each layout), which together run every test once.
 PARALLELISM = "{{ cookiecutter.parallelism }}"
-EVERYWHERE = os.environ.get("TESTS_EVERYWHERE") == "1"
 
 
 def elsewhere(item) -> str | None:
@@ -91,14 +90,15 @@ def elsewhere(item) -> str | None:
     layout = item.get_closest_marker("layout")
     if layout and layout.args[0] != PARALLELISM:
         return f"about the {layout.args[0]} layout"
-    if item.get_closest_marker("machinery") and TASK != "text-classification":
-        return "machinery the text-classification projects test"
+    if item.get_closest_marker("machinery"):
+        if TASK != "text-classification":
+            return "machinery the text-classification projects test"
+        if not layout and PARALLELISM != "data":
+            return "machinery the data-layout project tests"
     return None
 
 
 def pytest_collection_modifyitems(config, items):
-    if EVERYWHERE:
-        return
     kept, moved = [], []
     for item in items:
         (moved if elsewhere(item) else kept).append(item)
@@ -108,9 +108,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_report_header(config):
-    if EVERYWHERE:
-        return None
-    machinery = " and the loop's machinery" if TASK != "text-classification" else ""
+    machinery = "" if (TASK, PARALLELISM) == ("text-classification", "data") else " and the loop's machinery"
     return f"{TASK} project, {PARALLELISM} layout: the tests about the other layout{machinery} are deselected"
 
 
@@ -140,9 +138,13 @@ class XlaCommand(list):
 
 
 def python_command(*args, module: str = CLI, xla: bool = True) -> list[str]:
-    """A command running `module` with args, with torch_xla hidden when xla=False."""
+    """A command running `module` with args, with torch_xla hidden when xla=False.
+
+    Without torch_xla (a laptop) only the data layout runs: the command says so before its own flags, so that it also
+    runs in an fsdp project (a --parallelism among `args` comes later and wins)."""
     if xla:
         return XlaCommand("-m", module, args)
+    args = ("--parallelism", "data", *args) if module == CLI else args
     code = f"import runpy; sys.argv = {[module, *args]!r}; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
     return [sys.executable, "-c", NO_XLA_PRELUDE + code]
 

@@ -1,5 +1,7 @@
 """The causal-LM task: packed blocks of exactly max_seq_length tokens, every eval token counted once, and a demo
-that learns. The loop, checkpoints, layouts and watch are the shared ones, tested by the other files here.
+that learns. The loop, checkpoints, layouts and watch are the shared ones, tested by the other files here. Its runs
+do not depend on the layout: they run in a data-layout project (tests/conftest.py); an fsdp project trains the demo
+on 8 devices (test_chip_count.py) and against one device (test_fsdp.py).
 """
 
 import math
@@ -68,6 +70,7 @@ def untrained_perplexity(max_seq_length: int) -> float:
 
 @pytest.mark.xla
 @pytest.mark.slow
+@pytest.mark.layout("data")
 def test_the_default_demo_learns_well_below_its_starting_perplexity(demo_report):
     """The default demo (baked epochs, batch and length, bf16 as baked), on two CPU cores."""
     report, _ = demo_report("fp32")
@@ -79,6 +82,7 @@ def test_the_default_demo_learns_well_below_its_starting_perplexity(demo_report)
 
 @pytest.mark.xla
 @pytest.mark.slow
+@pytest.mark.layout("data")
 def test_a_run_compiles_three_graphs_and_epochs_add_none(demo_report):
     report, _ = demo_report("fp32")
     # The first step, the step with optimizer state (the steady one from then on), the evaluation step.
@@ -93,6 +97,7 @@ def test_a_run_compiles_three_graphs_and_epochs_add_none(demo_report):
 
 @pytest.mark.xla
 @pytest.mark.slow
+@pytest.mark.layout("data")
 def test_the_trained_model_writes_greedy_samples_generated_on_the_host(demo_report):
     """Two continuations of eval prompts, printed and reported: the export's greedy ones, made on the CPU after the
     run's counts (still 3 graphs), so the same folder gives the same words here."""
@@ -114,6 +119,7 @@ def test_samples_must_be_zero_or_more():
 
 @pytest.mark.xla
 @pytest.mark.slow
+@pytest.mark.layout("data")
 def test_eval_counts_every_token_once_and_reports_the_padding(tmp_path, demo):
     _, _, eval_blocks, tokens = demo
     report, _ = train(tmp_path, *quick("--mixed_precision", "no", "--max_seq_length", str(LENGTH)))
@@ -124,6 +130,7 @@ def test_eval_counts_every_token_once_and_reports_the_padding(tmp_path, demo):
 
 @pytest.mark.xla
 @pytest.mark.slow
+@pytest.mark.layout("data")
 def test_one_text_per_row_padded_to_the_longest_is_one_shape_with_padding(tmp_path):
     report, _ = train(tmp_path, *quick("--mixed_precision", "no", "--padding", "longest"))
     assert report["recompilations"] == 0 and report["xla_compilations"] == 3

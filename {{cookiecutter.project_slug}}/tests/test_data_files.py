@@ -120,6 +120,7 @@ def demo_rows():
 
 
 @pytest.mark.slow
+@pytest.mark.layout("data")
 def test_trains_from_saved_model_and_local_files(tmp_path, local_model):
     """The real path, offline: from_pretrained on a save_pretrained folder, load_dataset on local files
     (a CSV train file and a JSON lines eval file)."""
@@ -160,6 +161,7 @@ def test_own_files_without_the_hub_or_a_local_model_end_in_one_line(tmp_path):
 
 @pytest.mark.xla
 @pytest.mark.slow
+@pytest.mark.layout("data")
 def test_demo_flag_with_own_files_trains_the_demo_model_on_the_files(tmp_path):
     """--demo with --train_file: the files are trained on (never silently replaced by the shipped data)."""
     rows = demo_rows()
@@ -193,6 +195,7 @@ def test_hub_data_set_without_labels_to_evaluate_is_refused(tmp_path, local_mode
 
 
 @pytest.mark.slow
+@pytest.mark.layout("data")
 def test_hub_code_path_trains_on_a_folder_laid_out_as_a_hub_data_set(tmp_path, local_model):
     """load_dataset with a name, its splits and GLUE's sentence1/sentence2 columns, without a network."""
     rows = demo_rows()

@@ -1,6 +1,7 @@
 """Instruction data for the causal LM: prompt/completion and chat `messages` files, packed into blocks like plain
 text, with the loss on the answers only (labels -100 on prompts and user turns), checked token by token; the
-errors a wrong file gets; and a short run of the demo model on the shipped instruction files.
+errors a wrong file gets; and a short run of the demo model on the shipped instruction files (in a data-layout
+project: the packing does not depend on the layout).
 """
 
 import json
@@ -214,6 +215,7 @@ def instruction_run(tmp_path_factory):
 
 @pytest.mark.xla
 @pytest.mark.slow
+@pytest.mark.layout("data")
 def test_the_demo_model_learns_the_shipped_instructions_in_three_graphs(instruction_run, shipped):
     tokenizer, _, _, eval_blocks = shipped
     report = instruction_run
@@ -229,6 +231,7 @@ def test_the_demo_model_learns_the_shipped_instructions_in_three_graphs(instruct
 
 @pytest.mark.xla
 @pytest.mark.slow
+@pytest.mark.layout("data")
 def test_lora_on_a_trained_base_learns_the_instructions_at_its_default_rate(tmp_path):
     """The way most LLM fine-tuning runs: a trained base (the demo model after an epoch of plain text, exported),
     LoRA adapters (--lora_r 8), instruction data, and no --learning_rate: the adapters' default rate (ten times the

@@ -1,7 +1,9 @@
 """The precision policy: each level reaches the graph and is reported; the default keeps every update; metrics are
 exact in every level; pure bf16 says what it loses.
 
-Each level runs in a fresh process: torch_xla reads its bf16 variables once per process.
+Each level runs in a fresh process: torch_xla reads its bf16 variables once per process. The policy does not depend on
+the layout: its runs are tested in a data-layout project (tests/conftest.py); the architecture matrix (test_models.py)
+trains the default bf16 in the fsdp layout.
 """
 
 import json
@@ -45,6 +47,7 @@ def test_graph_holds_the_promised_types(level):
 
 @pytest.mark.xla
 @pytest.mark.slow
+@pytest.mark.layout("data")
 def test_the_default_is_bf16_compute_on_float32_weights_in_three_graphs(demo_report):
     """The default demo: autocast, float32 state, 3 graphs, no deprecation warning, and it learns like float32."""
     report, result = demo_report("bf16")
@@ -128,6 +131,7 @@ def exact_mean(report: dict, losses: list) -> float:
 @pytest.mark.xla
 @pytest.mark.parametrize("level", list(LEVEL_FLAGS))
 @pytest.mark.slow
+@pytest.mark.layout("data")
 def test_reported_eval_loss_is_the_exact_sum_of_what_the_device_computed(recorded, level):
     report, _, losses, _ = recorded(level)
     assert report["precision"]["requested"] == level
@@ -155,6 +159,7 @@ def changed_fraction(report: dict, initial: dict) -> float:
 
 @pytest.mark.xla
 @pytest.mark.slow
+@pytest.mark.layout("data")
 def test_the_default_keeps_every_update_and_pure_bf16_says_what_it_loses(recorded):
     default, default_run, _, initial = recorded("bf16")
     assert changed_fraction(default, initial) >= 0.99
@@ -181,6 +186,7 @@ def test_the_default_keeps_every_update_and_pure_bf16_says_what_it_loses(recorde
 
 @pytest.mark.xla
 @pytest.mark.slow
+@pytest.mark.layout("data")
 def test_fallback_when_torch_xla_ignores_the_variables(tmp_path):
     """Variables set after the device is initialised are ignored: the model cast must take over, and say so."""
     code = f"""

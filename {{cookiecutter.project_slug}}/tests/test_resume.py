@@ -7,8 +7,9 @@ LATEST names epoch 1), in a training step (after epoch 2's first step is reporte
 the rest of the epoch runs) and in a save (PAUSE_IN_SAVE, injected by this test, holds a fully
 staged, not yet committed checkpoint open long enough to be killed there).
 
-All of it is the loop's machinery, tested in text-classification projects (tests/conftest.py), except a SIGTERM in the
-middle of an epoch and its resume, which every project runs on its own task's batches.
+All of it is the loop's machinery, tested in the text-classification project of the data layout (tests/conftest.py;
+test_fsdp.py and test_hosts.py resume the fsdp layout's sharded checkpoints), except a SIGTERM in the middle of an
+epoch and its resume, which each task's data-layout project runs on its own batches.
 """
 
 import json
@@ -25,6 +26,9 @@ from conftest import METRIC, PROJECT, child_env, python_code, python_command, ru
 
 from {{ cookiecutter.project_slug }}.checkpointing import LATEST, CheckpointProblem, check_writable, read_progress
 from {{ cookiecutter.project_slug }}.preemption import PREEMPTED_EXIT
+
+# Checkpoints of the data layout (the fsdp layout's sharded ones resume in test_fsdp.py and test_hosts.py).
+pytestmark = pytest.mark.layout("data")
 
 EPOCHS = 2
 # Tiny and quick, with 8 steps per epoch so that a kill in a step lands inside the epoch.

@@ -3,7 +3,9 @@
 import pytest
 from conftest import quick
 
-pytestmark = [pytest.mark.xla, pytest.mark.slow]
+# What a run reports and how its demo learns does not depend on the layout: tested in a data-layout project (the fsdp
+# layout's own graphs, epochs and demo are test_fsdp.py's and test_chip_count.py's).
+pytestmark = [pytest.mark.xla, pytest.mark.slow, pytest.mark.layout("data")]
 
 REPORT_FIELDS = (
     "device", "distributed_type", "num_processes", "epochs", "train_examples", "steady_examples_per_second",
