@@ -78,7 +78,7 @@ def run_suite(project: Path, results: Path, name: str):
     return benchmarks, result.stdout, wall
 
 
-@pytest.mark.slow(first=True)
+@pytest.mark.slow(first=5)
 def test_quick_profile(baked_default, summary):
     benchmarks, stdout, wall = run_suite(baked_default, RESULTS, "benchmarks-default")
     # Other benchmarks of the suite (shared-model memory) may be there too; these must be.
@@ -98,7 +98,7 @@ def test_quick_profile(baked_default, summary):
     summary.extend(suite_summary(stdout))
 
 
-@pytest.mark.slow(first=True)
+@pytest.mark.slow(first=1)
 def test_causal_lm_quick_profile(tmp_path_factory, summary):
     """The causal-LM bake's suite: packed against padded batches, FSDPv2 over 1, 2 and 4 devices, fine-tuning levels."""
     project = bake_into(tmp_path_factory.mktemp("bench-causal-lm"), task="causal-lm")

@@ -7,7 +7,7 @@ import pytest
 from tests.baking import bake_into
 
 MARKERS = (
-    "slow(first=False): runs baked projects' training tests or benchmarks (minutes); first=True: the longest ones",
+    "slow(first=None): runs baked projects' training tests or benchmarks (minutes); first=N: the longest, N-th",
     "check_only: what `make check` runs and `make test` runs inside a longer test instead",
 )
 
@@ -17,12 +17,13 @@ def pytest_configure(config):
         config.addinivalue_line("markers", marker)
 
 
-def run_order(item) -> tuple[bool, bool]:
-    """(not slow, not one of the longest): the longest are the slow ones marked first, and the fast tiers that only
-    `make check` runs (the longest of its tests)."""
+def run_order(item) -> tuple[bool, bool, int]:
+    """(not slow, not one of the longest, rank): the longest are the slow ones marked first (`slow(first=rank)`, rank
+    0 first), and the fast tiers that only `make check` runs (the longest of its tests)."""
     slow = item.get_closest_marker("slow")
-    longest = bool(slow and slow.kwargs.get("first")) or item.get_closest_marker("check_only") is not None
-    return slow is None and not longest, not longest
+    first = slow.kwargs.get("first") if slow else None
+    longest = first is not None or item.get_closest_marker("check_only") is not None
+    return slow is None and not longest, not longest, first if isinstance(first, int) and first is not True else 0
 
 
 def pytest_collection_modifyitems(items):
