@@ -23,7 +23,7 @@ def run_order(item) -> tuple[bool, bool, int]:
     slow = item.get_closest_marker("slow")
     first = slow.kwargs.get("first") if slow else None
     longest = first is not None or item.get_closest_marker("check_only") is not None
-    return slow is None and not longest, not longest, first if isinstance(first, int) and first is not True else 0
+    return slow is None and not longest, not longest, first or 0
 
 
 def pytest_collection_modifyitems(items):

@@ -8,7 +8,7 @@ the per-chip batch (--train_batch_size, default the bake's answer).
 """
 
 import pytest
-from conftest import PARALLELISM, TASK, demo_learned, spmd_env, train, train_in_workers
+from conftest import TASK, demo_learned, spmd_env, train, train_in_workers
 
 from {{ cookiecutter.project_slug }}.config import DEMO_GLOBAL_BATCH, TRAIN_BATCH_SIZE, TrainConfig
 
@@ -37,9 +37,8 @@ def test_the_per_chip_batch_is_the_demo_s_global_one_split_or_as_given():
 @pytest.mark.layout("fsdp")
 @pytest.mark.slow
 def test_the_demo_learns_on_eight_fsdp_devices(tmp_path):
-    # In an fsdp project the run takes the project's default layout: the baked answer reaches train.py.
-    layout = [] if PARALLELISM == "fsdp" else ["--parallelism", "fsdp"]
-    report, _ = train(tmp_path, *DEMO, *layout, env=spmd_env(8))
+    # No --parallelism: an fsdp project's runs take its baked layout (the answer reaches train.py).
+    report, _ = train(tmp_path, *DEMO, env=spmd_env(8))
     assert report["layout"]["parallelism"] == "fsdp" and report["layout"]["mesh"] == {"fsdp": 8}
     assert report["train_batch"] == {"per_chip": DEMO_GLOBAL_BATCH // 8, "global": DEMO_GLOBAL_BATCH}
     assert report["learning_rate"]["optimizer_steps"] == demo_steps(report)

@@ -124,7 +124,7 @@ def test_a_failed_run_exits_non_zero_through_accelerate_launch_with_two_cpu_proc
     (hide / "sitecustomize.py").write_text(NO_XLA_PRELUDE + "\n")
     env = child_env(xla=False, PYTHONPATH=str(hide))
     command = ["--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-               "--dynamo_backend", "no", *ENTRY, "--output_dir", str(tmp_path / "outputs"), "--parallelism", "data"]
+               "--dynamo_backend", "no", *ENTRY, "--output_dir", str(tmp_path / "outputs")]
     result = launch(*command, *BAD_DATA, env=env)
     assert result.returncode != 0
     assert BAD_DATA_ERROR in result.stderr.splitlines(), result.stderr[-3000:]

@@ -83,8 +83,7 @@ def check_report(notebook, output_dir, device, distributed_type, num_processes):
 @pytest.mark.layout("data")
 def test_notebook_on_the_xla_cpu_device_in_one_process(kernel_specs, tmp_path):
     output_dir = tmp_path / "outputs"
-    overrides = quick_overrides(output_dir, num_processes=1, parallelism="data")
-    notebook = execute(kernel_specs, child_env(xla=True), overrides)
+    notebook = execute(kernel_specs, child_env(xla=True), quick_overrides(output_dir, num_processes=1))
     report = check_report(notebook, output_dir, "xla:CPU", "XLA", 1)
     assert report["xla_compilations"] >= 1
 
@@ -105,7 +104,7 @@ def test_notebook_forks_two_workers_on_the_plain_cpu(kernel_specs, tmp_path):
     """torch_xla hidden (a laptop): notebook_launcher forks two gloo workers that train as one run."""
     output_dir = tmp_path / "outputs"
     notebook = execute(
-        kernel_specs, child_env(xla=False), quick_overrides(output_dir, num_processes=2, parallelism="data"),
+        kernel_specs, child_env(xla=False), quick_overrides(output_dir, num_processes=2),
         extra_cells=[NO_XLA_PRELUDE], before="install-why",
     )
     report = check_report(notebook, output_dir, "cpu", "MULTI_CPU", 2)
@@ -144,7 +143,7 @@ def test_a_failed_run_raises_in_the_launch_cell(kernel_specs, tmp_path, local_mo
     output_dir = tmp_path / "outputs"
     overrides = quick_overrides(
         output_dir, num_processes=processes, demo=False, model_name_or_path=str(local_model), dataset="files",
-        train_file="/nonexistent.csv", eval_file="/nonexistent.csv", **({} if processes == 1 else {"parallelism": "data"}),
+        train_file="/nonexistent.csv", eval_file="/nonexistent.csv",
     )
     xla = processes == 1
     extra = {"extra_cells": [NO_XLA_PRELUDE], "before": "install-why"} if not xla else {}
