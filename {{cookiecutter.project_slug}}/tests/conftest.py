@@ -2,8 +2,8 @@
 
 Every training run gets its own process: torch_xla reads its bf16 variables and
 builds its runtime once per process, so runs in one process would leak state.
-XLA runs are forked from a fork server that imported the libraries once (forkserver.py);
-TESTS_NO_FORKSERVER=1 starts each of them as a plain subprocess instead.
+Runs are forked from a fork server that imported the libraries once (forkserver.py), one for XLA runs and one for
+runs with torch_xla hidden; TESTS_NO_FORKSERVER=1 starts each of them as a plain subprocess instead.
 """
 
 import atexit
@@ -22,7 +22,13 @@ PROJECT = Path(__file__).resolve().parent.parent
 # generates. The tests look at graphs, counts and metrics, not at speed: they compile without that optimisation
 # (measured: a quick demo run's CPU time 22.5 s -> 16.2 s, its compile seconds 23.5 -> 10.8). It changes only the CPU
 # backend's code generation, not the graphs; set XLA_FLAGS yourself to test with other flags.
-os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
+TESTS_XLA_FLAGS = "--xla_backend_optimization_level=0"
+os.environ.setdefault("XLA_FLAGS", TESTS_XLA_FLAGS)
+# A long run (tens of steps) is the other way round: a step of the demo's model runs about 3 times faster at LLVM's
+# level 1 than at 0, for about 50% more compile seconds (measured on 2 cores: the default demo's 90 steps 117 s -> 50 s,
+# a 6-step quick run 26.5 s -> 31.9 s). long_run_env() gives those runs level 1 unless XLA_FLAGS was set to something
+# else; it is the level's only difference from the others (forkserver.py routes XLA_FLAGS to the forked run).
+LONG_RUN_XLA_FLAGS = "--xla_backend_optimization_level=1"
 CLI = "{{ cookiecutter.project_slug }}.cli"
 XLA_AVAILABLE = importlib.util.find_spec("torch_xla") is not None
 # A small, fast demo configuration for tests (the real demo uses the baked defaults). No test run may
@@ -119,22 +125,33 @@ def pytest_runtest_setup(item):
         pytest.skip("torch_xla is not installed (pip install -e '.[xla-cpu]' to run the XLA tests)")
 
 
-def child_env(xla: bool = True, **extra) -> dict:
+def child_env(xla: bool = True, long: bool = False, **extra) -> dict:
+    """The environment of a run: with or without torch_xla, a long run (long_run_env) or not, `extra` on top."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **extra}
     if xla:
         env.setdefault("PJRT_DEVICE", "CPU")
     else:
         env.pop("PJRT_DEVICE", None)
+    flags = env.get("XLA_FLAGS", "").split()
+    if long and TESTS_XLA_FLAGS in flags:  # the tests' own level (torch_xla's import appends its defaults to it)
+        env["XLA_FLAGS"] = " ".join(LONG_RUN_XLA_FLAGS if flag == TESTS_XLA_FLAGS else flag for flag in flags)
     return env
 
 
-class XlaCommand(list):
-    """`python -m module *args` or `python -c code *args` with torch_xla importable: run() may fork it from the fork
-    server. Any list made from it (a copy, a concatenation) is a plain command again, run as a subprocess."""
+def long_run_env(**extra) -> dict:
+    """An XLA run of tens of steps: its code optimised (LONG_RUN_XLA_FLAGS)."""
+    return child_env(long=True, **extra)
 
-    def __init__(self, kind: str, target: str, args):
-        super().__init__([sys.executable, kind, target, *args])
-        self.kind, self.target, self.args = kind, target, list(args)
+
+class ForkableCommand(list):
+    """`python -m module *args` or `python -c code *args`, with torch_xla importable (xla) or hidden: run() may fork
+    it from a fork server. Any list made from it (a copy, a concatenation) is a plain command again, run as a
+    subprocess."""
+
+    def __init__(self, kind: str, target: str, args, xla: bool = True):
+        prelude = "" if xla else NO_XLA_PRELUDE
+        super().__init__([sys.executable, kind, prelude + target if kind == "-c" else target, *args])
+        self.kind, self.target, self.args, self.xla = kind, prelude + target if kind == "-c" else target, list(args), xla
 
 
 def python_command(*args, module: str = CLI, xla: bool = True) -> list[str]:
@@ -143,17 +160,16 @@ def python_command(*args, module: str = CLI, xla: bool = True) -> list[str]:
     Without torch_xla (a laptop) only the data layout runs: the command says so before its own flags, so that it also
     runs in an fsdp project (a --parallelism among `args` comes later and wins)."""
     if xla:
-        return XlaCommand("-m", module, args)
+        return ForkableCommand("-m", module, args)
     args = ("--parallelism", "data", *args) if module == CLI else args
     code = f"import runpy; sys.argv = {[module, *args]!r}; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
-    return [sys.executable, "-c", NO_XLA_PRELUDE + code]
+    return ForkableCommand("-c", code, (), xla=False)
 
 
 def python_code(code: str, *args, xla: bool = True) -> list[str]:
-    """A command running a Python snippet, with torch_xla hidden when xla=False."""
-    if xla and NO_XLA_PRELUDE not in code:
-        return XlaCommand("-c", code, args)
-    return [sys.executable, "-c", ("" if xla else NO_XLA_PRELUDE) + code, *args]
+    """A command running a Python snippet, with torch_xla hidden when xla=False (or when the code hides it)."""
+    hidden = not xla or code.startswith(NO_XLA_PRELUDE)
+    return ForkableCommand("-c", code.removeprefix(NO_XLA_PRELUDE), args, xla=not hidden)
 
 
 # What the fork server imports once: the libraries and the package's training loop, which a real run has imported
@@ -169,31 +185,39 @@ FORK_PRELOAD = ("torch", "torch_xla", "transformers", "accelerate", "datasets", 
 # XLA_USE_BF16 and XLA_DOWNCAST_BF16 (torch_xla reads them when its runtime starts, transformers at import), XLA_FLAGS
 # (read when the runtime starts, but torch_xla's import adds its own flag to it).
 RUNTIME_VARIABLES = ("PJRT_DEVICE", "CPU_NUM_DEVICES", "PYTEST_CURRENT_TEST")
-_fork_server = None
+# With torch_xla hidden nothing reads PJRT_DEVICE; it is left out all the same (a run that sets it, asking for a TPU
+# without torch_xla, is a plain subprocess).
+NO_XLA_RUNTIME_VARIABLES = ("CPU_NUM_DEVICES", "PYTEST_CURRENT_TEST")
+_fork_servers = {}
 
 
-def fork_server():
-    """The session's fork server, started on first use (it takes a fresh process's imports, once)."""
-    global _fork_server
-    if _fork_server is None or not _fork_server.alive:
-        env = {key: value for key, value in child_env().items() if key != "PYTEST_CURRENT_TEST"}
-        _fork_server = ForkServer(PROJECT, env, FORK_PRELOAD)
-        atexit.register(_fork_server.close)
-    return _fork_server
+def fork_server(xla: bool = True):
+    """The session's fork server for XLA runs or for runs with torch_xla hidden, started on first use (it takes a
+    fresh process's imports, once)."""
+    server = _fork_servers.get(xla)
+    if server is None or not server.alive:
+        env = {key: value for key, value in child_env(xla).items() if key != "PYTEST_CURRENT_TEST"}
+        preload = FORK_PRELOAD if xla else tuple(name for name in FORK_PRELOAD if name != "torch_xla")
+        server = _fork_servers[xla] = ForkServer(PROJECT, env, preload, prelude="" if xla else NO_XLA_PRELUDE)
+        atexit.register(server.close)
+    return server
 
 
 def forkable(command, env) -> bool:
-    """An XLA run (torch_xla not hidden, a device chosen) that the fork server can run as a fresh process would."""
-    return (
-        isinstance(command, XlaCommand) and "PJRT_DEVICE" in env and XLA_AVAILABLE
-        and os.environ.get("TESTS_NO_FORKSERVER") != "1" and fork_server().routable(env, RUNTIME_VARIABLES)
-    )
+    """A run that a fork server can run as a fresh process would: an XLA run (a device chosen) or one with
+    torch_xla hidden, in the server's environment but for what may differ from run to run."""
+    if not isinstance(command, ForkableCommand) or os.environ.get("TESTS_NO_FORKSERVER") == "1":
+        return False
+    if command.xla:
+        return "PJRT_DEVICE" in env and XLA_AVAILABLE and fork_server().routable(env, RUNTIME_VARIABLES)
+    return fork_server(xla=False).routable(env, NO_XLA_RUNTIME_VARIABLES)
 
 
 def run(command, env=None, timeout=900, check=True) -> subprocess.CompletedProcess:
     env = env or child_env()
     if forkable(command, env):
-        returncode, stdout, stderr = fork_server().run(command, command.kind, command.target, command.args, env, timeout)
+        server = fork_server(command.xla)
+        returncode, stdout, stderr = server.run(command, command.kind, command.target, command.args, env, timeout)
         result = subprocess.CompletedProcess(command, returncode, stdout, stderr)
     else:
         result = subprocess.run(command, cwd=PROJECT, env=env, capture_output=True, text=True, timeout=timeout)
@@ -234,7 +258,8 @@ def demo_report(tmp_path_factory):
     def get(level):
         if level not in runs:
             folder = tmp_path_factory.mktemp(f"demo-{level.replace('+', '-')}")
-            runs[level] = train(folder, *PRECISION_FLAGS[level], "--checkpoint", "false", "--max_recompilations", "0")
+            runs[level] = train(folder, *PRECISION_FLAGS[level], "--checkpoint", "false", "--max_recompilations", "0",
+                                env=long_run_env())
         return runs[level]
 
     return get
@@ -367,9 +392,9 @@ def train_recording_losses(folder, *args, env=None, check=True):
     return report, result, json.loads(record.read_text()) if record.exists() else None
 
 
-def spmd_env(devices: int) -> dict:
-    """XLA on the CPU with `devices` devices in one process (the fsdp layout's SPMD mesh)."""
-    return child_env(PJRT_DEVICE="CPU", CPU_NUM_DEVICES=str(devices))
+def spmd_env(devices: int, long: bool = False) -> dict:
+    """XLA on the CPU with `devices` devices in one process (the fsdp layout's SPMD mesh); `long`: long_run_env."""
+    return child_env(long=long, PJRT_DEVICE="CPU", CPU_NUM_DEVICES=str(devices))
 
 
 def evaluate_on_cpu(model, tokenizer, eval_examples, max_seq_length: int) -> dict:

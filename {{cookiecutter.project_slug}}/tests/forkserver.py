@@ -12,7 +12,9 @@ Forking is safe because the helper never starts the XLA runtime nor computes wit
 is lost in the child (benchmarks/isolation.py forks its measurements for the same reason). A fork keeps what the
 imports read from the environment when they ran, so conftest.py sends a run here only when its environment is the
 helper's but for variables that nothing imported reads (its RUNTIME_VARIABLES), and the child gets the changes
-those imports made to the helper's environment (torch_xla's defaults, its XLA_FLAGS). Standard library only.
+those imports made to the helper's environment (torch_xla's defaults, its XLA_FLAGS). A helper may first run a
+prelude that every one of its runs runs first: the runs with torch_xla hidden (a laptop, gloo workers) have a helper
+of their own that hid it before importing. Standard library only.
 """
 
 import importlib.machinery
@@ -31,6 +33,10 @@ import time
 import traceback
 import types
 
+# Variables of flags that nothing reads before the XLA runtime starts (in the child), and that an import only
+# extends with its defaults: torch_xla's import appends each of its flags that XLA_FLAGS lacks (_setup_xla_flags).
+# A run may set them differently: the child gets its own flags plus the defaults the import added that it lacks.
+FLAG_VARIABLES = {"XLA_FLAGS"}
 READY_TIMEOUT = 900  # seconds for the helper's imports, on a loaded machine
 STOP_TIMEOUT = 60
 
@@ -72,7 +78,7 @@ class Channel:
 class ForkServer:
     """The helper process for runs in `cwd`, started with `env` (the environment it imports under) and `preload`."""
 
-    def __init__(self, cwd, env: dict, preload):
+    def __init__(self, cwd, env: dict, preload, prelude: str = ""):
         self.cwd, self.env, self.owner = str(cwd), dict(env), os.getpid()
         self.folder = tempfile.mkdtemp(prefix="forkserver-")
         self.lock = threading.Lock()
@@ -82,7 +88,7 @@ class ForkServer:
         self.log = os.path.join(self.folder, "server.log")
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, __file__, str(theirs.fileno()), self.folder, *preload],
+                [sys.executable, __file__, str(theirs.fileno()), self.folder, prelude, *preload],
                 cwd=self.cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT, pass_fds=[theirs.fileno()],
             )
         theirs.close()
@@ -97,7 +103,8 @@ class ForkServer:
     def routable(self, env: dict, runtime_variables) -> bool:
         """Whether a run with `env` would import the preloaded modules as the helper did."""
         differing = {key for key in self.env.keys() | env.keys() if self.env.get(key) != env.get(key)}
-        return differing <= set(runtime_variables) and not differing & self.import_changes
+        flags = differing & FLAG_VARIABLES
+        return differing - flags <= set(runtime_variables) and not (differing - flags) & self.import_changes
 
     def run(self, command, kind: str, target: str, args, env: dict, timeout: float):
         """(returncode, stdout, stderr) of `python -m target *args` (kind "-m") or `python -c target *args`.
@@ -243,7 +250,21 @@ def _child_environment(requested: dict, before: dict, after: dict) -> dict:
                 env[key] = after[key]
             else:
                 env.pop(key, None)
+        elif key in FLAG_VARIABLES and before.get(key) != after.get(key):
+            env[key] = _with_added_flags(requested.get(key, ""), before.get(key, ""), after.get(key, ""))
     return env
+
+
+def _flag_name(flag: str) -> str:
+    return flag.lstrip("-").split("=", 1)[0]
+
+
+def _with_added_flags(requested: str, before: str, after: str) -> str:
+    """`requested` flags plus those the import appended to `before` (giving `after`) that `requested` lacks."""
+    present = {_flag_name(flag) for flag in requested.split()}
+    old = set(before.split())
+    added = [flag for flag in after.split() if flag not in old and _flag_name(flag) not in present]
+    return " ".join([*requested.split(), *added])
 
 
 def _wait(pid: int, channel: Channel, folder: str) -> int:
@@ -363,9 +384,10 @@ def _exit(status: int) -> None:
     os._exit(status)
 
 
-def main(fd: int, folder: str, preload) -> None:
+def main(fd: int, folder: str, prelude: str, preload) -> None:
     channel = Channel(socket.socket(fileno=fd))
     sys.path[0] = ""  # as `python -c` has it: the run's folder, not this file's
+    exec(compile(prelude, "<prelude>", "exec"), {"sys": sys})  # what every run's code does first (hiding torch_xla)
     before = dict(os.environ)
     out, err, failed = _preload(preload, folder)
     if failed:
@@ -382,4 +404,4 @@ def main(fd: int, folder: str, preload) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), sys.argv[2], sys.argv[3:])
+    main(int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:])

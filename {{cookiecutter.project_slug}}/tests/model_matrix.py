@@ -1,6 +1,6 @@
 """The architecture matrix's parts (tests/test_models.py): tiny random-weight models of many architectures, written
-as save_pretrained folders with the project's demo tokenizer, trained through train.py in this project's layout (and,
-in an fsdp project, in the data layout too, to compare them), two runs at a time, and what each run must show.
+as save_pretrained folders with the project's demo tokenizer, trained through train.py in both layouts (to compare
+them), one run after the other, and what each run must show.
 
 Nothing is downloaded: every model is built from transformers' own config class at a tiny shape.
 """
@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from conftest import PARALLELISM, PROJECT, TASK, child_env, python_command, spmd_env
+from conftest import TASK, child_env, python_command, run, spmd_env
 
 from {{ cookiecutter.project_slug }}.config import TrainConfig
 from {{ cookiecutter.project_slug }}.data import DEMO_FILES
@@ -36,14 +36,12 @@ TRANSFERS_PER_EPOCH = 2
 GRAPHS = 3
 # High, to learn in one short epoch from random weights: at 1e-3 a one-layer BERT classifier was still at chance.
 LEARNING_RATE = "1e-3" if TASK == "causal-lm" else "3e-3"
-ALL_LAYOUTS = {
+# Each architecture trains in both layouts, to compare them (compare_layouts). The matrix runs in an fsdp project
+# (test_models.py is marked with that layout): the template's `make test` trains each architecture once per layout.
+LAYOUTS = {
     "data": (["--parallelism", "data"], 1),
     "fsdp": (["--parallelism", "fsdp"], DEVICES),
 }
-# A data project trains each architecture in the data layout; an fsdp project in both, to compare the two
-# (compare_layouts), and reports its fsdp rows: the four projects of the template's `make test` train each
-# architecture once per layout, and compare the layouts once per task.
-LAYOUTS = ALL_LAYOUTS if PARALLELISM == "fsdp" else {"data": ALL_LAYOUTS["data"]}
 RUN = [
     "--demo", "false", "--dataset", "files", "--train_file", str(DEMO_FILES["train"]), "--eval_file",
     str(DEMO_FILES["eval"]), "--max_seq_length", str(LENGTH), "--max_train_examples", str(TRAIN_EXAMPLES),
@@ -151,42 +149,24 @@ def command(folder: Path, output: Path, layout: str) -> tuple[list, dict]:
     return argv, spmd_env(devices) if devices > 1 else child_env()
 
 
-def run_at_once(runs: dict, at_once: int = 2, meanwhile=None, timeout: float = 900) -> tuple:
-    """{key: (argv, env, log folder)} run `at_once` at a time, each pinned to a share of this process's CPUs of its own
-    (as benchmarks/isolation.py does for its children); `meanwhile()` is called once the first ones started.
+def run_each(runs: dict, timeout: float = 900) -> dict:
+    """{key: (argv, env, log folder)} run one after the other (forked from the tests' fork server: conftest.run);
+    returns {key: (exit status, seconds)}, each run's output written to its log folder.
 
-    Returns ({key: (exit status, seconds)}, what `meanwhile` returned); each run's output is in its log folder.
-    """
-    cpus = sorted(os.sched_getaffinity(0))
-    count = max(1, min(at_once, len(cpus)))
-    free = [cpus[index::count] for index in range(count)]
-    waiting, running, done, answer = list(runs.items()), {}, {}, None
-    try:
-        while waiting or running:
-            while waiting and free:
-                key, (argv, env, logs) = waiting.pop(0)
-                share = free.pop(0)
-                logs.mkdir(parents=True, exist_ok=True)
-                with (logs / "stdout.txt").open("w") as out, (logs / "stderr.txt").open("w") as err:
-                    process = subprocess.Popen(argv, cwd=PROJECT, env=env, stdout=out, stderr=err,
-                                               preexec_fn=lambda share=share: os.sched_setaffinity(0, share))
-                running[key] = (process, share, time.monotonic())
-            if meanwhile is not None:
-                answer, meanwhile = meanwhile(), None
-            time.sleep(0.5)
-            for key, (process, share, started) in list(running.items()):
-                if process.poll() is None and time.monotonic() - started > timeout:
-                    process.kill()
-                    process.wait()
-                if process.poll() is not None:
-                    done[key] = (process.returncode, time.monotonic() - started)
-                    free.append(share)
-                    del running[key]
-    finally:  # a failed or interrupted test leaves no run behind
-        for process, _, _ in running.values():
-            process.kill()
-            process.wait()
-    return done, answer
+    One at a time: under the template's `make test` another suite has the other core."""
+    done = {}
+    for key, (argv, env, logs) in runs.items():
+        logs.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        try:
+            result = run(argv, env=env, timeout=timeout, check=False)
+            status, out, err = result.returncode, result.stdout, result.stderr
+        except subprocess.TimeoutExpired as error:
+            status, out, err = f"killed after {timeout} s", error.output, error.stderr
+        for name, text in (("stdout.txt", out), ("stderr.txt", err)):
+            (logs / name).write_text(text.decode(errors="replace") if isinstance(text, bytes) else text or "")
+        done[key] = (status, time.monotonic() - started)
+    return done
 
 
 @dataclass
@@ -274,14 +254,16 @@ def compare_layouts(rows: dict, tolerance: float = 0.05) -> None:
             fsdp.problems.append(problem)
 
 
-def write_results(rows: list) -> Path | None:
-    """The rows of this project's layout as JSON into the folder MODEL_MATRIX_RESULTS names (one file per task and
-    layout), when it is set."""
+def write_results(rows: list) -> list[Path]:
+    """The rows as JSON into the folder MODEL_MATRIX_RESULTS names (one file per task and layout), when it is set."""
     folder = os.environ.get("MODEL_MATRIX_RESULTS")
     if not folder:
-        return None
-    rows = [row for row in rows if row.layout == PARALLELISM]
-    path = Path(folder) / f"models-{TASK}-{PARALLELISM}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"task": TASK, "rows": [row.as_dict() for row in rows]}, indent=2) + "\n")
-    return path
+        return []
+    paths = []
+    for layout in LAYOUTS:
+        path = Path(folder) / f"models-{TASK}-{layout}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        kept = [row.as_dict() for row in rows if row.layout == layout]
+        path.write_text(json.dumps({"task": TASK, "rows": kept}, indent=2) + "\n")
+        paths.append(path)
+    return paths

@@ -12,6 +12,7 @@ from dataclasses import replace
 from itertools import product
 
 import pytest
+from conftest import python_code, run
 
 from benchmarks import graph_types, grid, isolation, measure_finetuning, profiles, reports
 from benchmarks.records import Record
@@ -142,9 +143,8 @@ print(json.dumps([graph_types.graph_bytes(tensors), [str(tensor.dtype) for tenso
 @pytest.mark.parametrize(("use_bf16", "expected"), [("0", 400 + 40 + 32), ("1", 200 + 10 + 32)])
 def test_graph_bytes_are_read_from_the_device_types_not_the_torch_dtype(use_bf16, expected):
     """Under XLA_USE_BF16 float32 and float64 are stored as bf16 while torch still says float32 and float64."""
-    result = subprocess.run([sys.executable, "-c", GRAPH_BYTES, use_bf16], capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "PJRT_DEVICE": "CPU"})
-    assert result.returncode == 0, result.stderr[-3000:]
+    # The child sets XLA_USE_BF16 itself before the runtime starts, which reads it: it may be a fork (conftest.run).
+    result = run(python_code(GRAPH_BYTES, use_bf16), timeout=300)
     found, dtypes = json.loads(result.stdout.strip().splitlines()[-1])
     assert found == expected
     assert dtypes == ["torch.float32", "torch.float64", "torch.int64"]

@@ -38,7 +38,7 @@ def test_the_per_chip_batch_is_the_demo_s_global_one_split_or_as_given():
 @pytest.mark.slow
 def test_the_demo_learns_on_eight_fsdp_devices(tmp_path):
     # No --parallelism: an fsdp project's runs take its baked layout (the answer reaches train.py).
-    report, _ = train(tmp_path, *DEMO, env=spmd_env(8))
+    report, _ = train(tmp_path, *DEMO, env=spmd_env(8, long=True))
     assert report["layout"]["parallelism"] == "fsdp" and report["layout"]["mesh"] == {"fsdp": 8}
     assert report["train_batch"] == {"per_chip": DEMO_GLOBAL_BATCH // 8, "global": DEMO_GLOBAL_BATCH}
     assert report["learning_rate"]["optimizer_steps"] == demo_steps(report)

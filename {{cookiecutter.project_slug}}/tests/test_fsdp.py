@@ -36,17 +36,19 @@ ONE_DEVICE = ["--parallelism", "data", "--train_batch_size", "16", "--eval_batch
               "--export", "false"]
 FOUR_DEVICES = ["--parallelism", "fsdp", "--train_batch_size", "4", "--eval_batch_size", "16", "--save_steps", "5"]
 DEVICES = 4
+# Every run here is long (60 steps): optimised code (conftest.long_run_env), the same in all of them, since their
+# weights and losses are compared to each other.
 
 
 @pytest.fixture(scope="module")
 def one_device(tmp_path_factory):
-    return train_recording_losses(tmp_path_factory.mktemp("data-1"), *RUN, *ONE_DEVICE, env=spmd_env(1))
+    return train_recording_losses(tmp_path_factory.mktemp("data-1"), *RUN, *ONE_DEVICE, env=spmd_env(1, long=True))
 
 
 @pytest.fixture(scope="module")
 def four_devices(tmp_path_factory):
     folder = tmp_path_factory.mktemp("fsdp-4")
-    report, result, losses = train_recording_losses(folder, *RUN, *FOUR_DEVICES, env=spmd_env(DEVICES))
+    report, result, losses = train_recording_losses(folder, *RUN, *FOUR_DEVICES, env=spmd_env(DEVICES, long=True))
     return report, result, losses, folder / "outputs"
 
 
@@ -106,7 +108,7 @@ def test_sigkill_and_resume_end_with_the_uninterrupted_weights_and_metrics(tmp_p
     uninterrupted, _, _, uninterrupted_output = four_devices
     output = tmp_path / "outputs"
     command = python_command("--output_dir", str(output), *RUN, *FOUR_DEVICES)
-    process = subprocess.Popen(command, cwd=PROJECT, env=spmd_env(DEVICES), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(command, cwd=PROJECT, env=spmd_env(DEVICES, long=True), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     latest = output / "checkpoints" / "LATEST"
     deadline = time.monotonic() + 600
     while not (latest.is_file() and latest.read_text().strip() == "step-5"):
@@ -118,7 +120,7 @@ def test_sigkill_and_resume_end_with_the_uninterrupted_weights_and_metrics(tmp_p
     assert process.returncode == -signal.SIGKILL
     assert (output / "checkpoints" / "step-5" / "sharded" / ".metadata").is_file()  # torch.distributed.checkpoint
 
-    resumed, result = train(tmp_path, *RUN, *FOUR_DEVICES, "--resume", env=spmd_env(DEVICES))
+    resumed, result = train(tmp_path, *RUN, *FOUR_DEVICES, "--resume", env=spmd_env(DEVICES, long=True))
     assert "resume: continuing after epoch 0, step 5 of epoch 1" in result.stdout
     for key in (METRIC, "eval_loss", "eval_examples_counted"):
         assert resumed[key] == uninterrupted[key], key
@@ -170,7 +172,7 @@ def test_gradient_checkpointing_trains_in_both_layouts(tmp_path, one_device, fou
     step does not depend on the number of epochs), no checkpoints or export (they come after it).
     """
     plain_runs = {"data": one_device[2], "fsdp": four_devices[2]}
-    for name, layout, env in (("data", ONE_DEVICE, spmd_env(1)), ("fsdp", FOUR_DEVICES, spmd_env(DEVICES))):
+    for name, layout, env in (("data", ONE_DEVICE, spmd_env(1, long=True)), ("fsdp", FOUR_DEVICES, spmd_env(DEVICES, long=True))):
         checkpointed = train_recording_losses(
             tmp_path / name, *RUN, *layout, "--num_epochs", "1", "--checkpoint", "false", "--export", "false",
             "--gradient_checkpointing", "true", env=env,

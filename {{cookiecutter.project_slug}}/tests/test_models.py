@@ -2,22 +2,24 @@
 
 Tiny random-weight models of the architectures people bring (built from transformers' config classes, written with
 save_pretrained next to the project's demo tokenizer: no hub) train through train.py on the shipped demo files in
-this project's layout: data (one device), or fsdp (two SPMD devices) and data, to compare them. Each must compile its
-3 graphs and no more, read the device only at the epoch's end, learn (its eval loss below the untrained model's on the
-host, in float32), learn the same in both layouts (fsdp projects), and export a folder that from_pretrained loads. The
-rows of this project's layout are written for the README's Models table when MODEL_MATRIX_RESULTS names a folder.
+both layouts: data (one device) and fsdp (two SPMD devices). Each must compile its 3 graphs and no more, read the
+device only at the epoch's end, learn (its eval loss below the untrained model's on the host, in float32), learn the
+same in both layouts, and export a folder that from_pretrained loads. The rows are written for the README's Models
+table when MODEL_MATRIX_RESULTS names a folder.
+
+It compares the layouts, so it runs in an fsdp project (tests/conftest.py); a data project leaves it to that one.
 """
 
 import model_matrix as parts
 import pytest
 from model_matrix import ARCHITECTURES, LAYOUTS
 
-pytestmark = [pytest.mark.xla, pytest.mark.slow]
+pytestmark = [pytest.mark.xla, pytest.mark.slow, pytest.mark.layout("fsdp")]
 
 
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory) -> dict:
-    """{(architecture, layout): Row}: every run started two at a time, the untrained models evaluated meanwhile."""
+    """{(architecture, layout): Row}: every run one after the other, then the untrained models evaluated."""
     tokenizer = parts.demo_tokenizer()
     root = tmp_path_factory.mktemp("models")
     folders = {name: parts.write_model(root / f"model-{index}", name, tokenizer)
@@ -27,10 +29,8 @@ def matrix(tmp_path_factory) -> dict:
         for index, name in enumerate(ARCHITECTURES):
             output = root / f"run-{index}-{layout}"
             runs[name, layout] = (*parts.command(folders[name], output, layout), output)
-    # The untrained metrics are computed in this process while the first two runs start.
-    finished, untrained = parts.run_at_once(
-        runs, at_once=2, meanwhile=lambda: {name: parts.untrained_metrics(folder) for name, folder in folders.items()}
-    )
+    finished = parts.run_each(runs)
+    untrained = {name: parts.untrained_metrics(folder) for name, folder in folders.items()}
     rows = {key: parts.judge(*key, *finished[key], runs[key][2], untrained[key[0]]) for key in runs}
     parts.compare_layouts(rows)
     parts.write_results(list(rows.values()))
