@@ -196,7 +196,8 @@ def fork_server(xla: bool = True):
     fresh process's imports, once)."""
     server = _fork_servers.get(xla)
     if server is None or not server.alive:
-        env = {key: value for key, value in child_env(xla).items() if key != "PYTEST_CURRENT_TEST"}
+        env = {key: value for key, value in child_env(xla).items()
+               if key != "PYTEST_CURRENT_TEST" and not key.startswith("TEST_")}
         preload = FORK_PRELOAD if xla else tuple(name for name in FORK_PRELOAD if name != "torch_xla")
         server = _fork_servers[xla] = ForkServer(PROJECT, env, preload, prelude="" if xla else NO_XLA_PRELUDE)
         atexit.register(server.close)
@@ -208,9 +209,11 @@ def forkable(command, env) -> bool:
     torch_xla hidden, in the server's environment but for what may differ from run to run."""
     if not isinstance(command, ForkableCommand) or os.environ.get("TESTS_NO_FORKSERVER") == "1":
         return False
+    # The tests' own switches (TEST_*) are read by the tests' code as the run goes.
+    switches = tuple(key for key in env if key.startswith("TEST_"))
     if command.xla:
-        return "PJRT_DEVICE" in env and XLA_AVAILABLE and fork_server().routable(env, RUNTIME_VARIABLES)
-    return fork_server(xla=False).routable(env, NO_XLA_RUNTIME_VARIABLES)
+        return "PJRT_DEVICE" in env and XLA_AVAILABLE and fork_server().routable(env, RUNTIME_VARIABLES + switches)
+    return fork_server(xla=False).routable(env, NO_XLA_RUNTIME_VARIABLES + switches)
 
 
 def run(command, env=None, timeout=900, check=True) -> subprocess.CompletedProcess:
@@ -224,6 +227,19 @@ def run(command, env=None, timeout=900, check=True) -> subprocess.CompletedProce
     if check and result.returncode != 0:
         raise AssertionError(f"{command} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
     return result
+
+
+def start(command, env, stdout: Path, stderr: Path):
+    """A run started and left running, its output written to the files `stdout` and `stderr` as it goes: a fork
+    (ForkServer.start: the server's next run ends it if it still runs) or a subprocess.Popen. The caller waits for it.
+    One at a time: two started runs side by side (two hosts) are subprocess.Popen."""
+    for log in (stdout, stderr):  # there from the start, for a caller that reads them while the run starts
+        log.write_bytes(b"")
+    if forkable(command, env):
+        server = fork_server(command.xla)
+        return server.start(command.kind, command.target, command.args, env, str(stdout), str(stderr))
+    with open(stdout, "wb") as out, open(stderr, "wb") as err:
+        return subprocess.Popen(command, cwd=PROJECT, env=env, stdout=out, stderr=err)
 
 
 def train(tmp_path, *args, xla: bool = True, env=None, check=True):

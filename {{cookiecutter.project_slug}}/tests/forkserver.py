@@ -33,6 +33,8 @@ import time
 import traceback
 import types
 
+# Read when an interpreter starts, which a fork does not: the child does what it asks for itself (_run_child).
+EMULATED_VARIABLES = {"PYTHONUNBUFFERED"}
 # Variables of flags that nothing reads before the XLA runtime starts (in the child), and that an import only
 # extends with its defaults: torch_xla's import appends each of its flags that XLA_FLAGS lacks (_setup_xla_flags).
 # A run may set them differently: the child gets its own flags plus the defaults the import added that it lacks.
@@ -82,7 +84,7 @@ class ForkServer:
         self.cwd, self.env, self.owner = str(cwd), dict(env), os.getpid()
         self.folder = tempfile.mkdtemp(prefix="forkserver-")
         self.lock = threading.Lock()
-        self.runs = 0
+        self.runs, self.started = 0, None
         ours, theirs = socket.socketpair()
         self.channel = Channel(ours)
         self.log = os.path.join(self.folder, "server.log")
@@ -103,8 +105,8 @@ class ForkServer:
     def routable(self, env: dict, runtime_variables) -> bool:
         """Whether a run with `env` would import the preloaded modules as the helper did."""
         differing = {key for key in self.env.keys() | env.keys() if self.env.get(key) != env.get(key)}
-        flags = differing & FLAG_VARIABLES
-        return differing - flags <= set(runtime_variables) and not (differing - flags) & self.import_changes
+        free = differing & (FLAG_VARIABLES | EMULATED_VARIABLES)
+        return differing - free <= set(runtime_variables) and not (differing - free) & self.import_changes
 
     def run(self, command, kind: str, target: str, args, env: dict, timeout: float):
         """(returncode, stdout, stderr) of `python -m target *args` (kind "-m") or `python -c target *args`.
@@ -112,6 +114,7 @@ class ForkServer:
         Past `timeout` seconds the child is killed and subprocess.TimeoutExpired raised, as subprocess.run does.
         """
         with self.lock:
+            self._end_started()
             self.runs += 1
             out, err = (os.path.join(self.folder, f"run-{self.runs}.{name}") for name in ("out", "err"))
             self.channel.send(
@@ -128,6 +131,24 @@ class ForkServer:
                 self._stop_child()
                 raise subprocess.TimeoutExpired(command, timeout, output=self._take(out), stderr=self._take(err))
             return finished["returncode"], self._decode(self._take(out)), self._decode(self._take(err))
+
+    def start(self, kind: str, target: str, args, env: dict, stdout: str, stderr: str) -> "ForkedProcess":
+        """Start the run and return at once (a subprocess.Popen's few methods), its output going to the files
+        `stdout` and `stderr` as it is written. The helper serves one run at a time: a later run or start kills this
+        one if it is still running (a test that failed before it waited for it)."""
+        with self.lock:
+            self._end_started()
+            self.channel.send({"kind": kind, "target": target, "args": list(args), "env": env, "cwd": self.cwd,
+                               "stdout": stdout, "stderr": stderr})
+            self.started = ForkedProcess(self, self._receive(STOP_TIMEOUT, "fork")["pid"])
+            return self.started
+
+    def _end_started(self) -> None:
+        """Kill a started run whose end nobody read (a test that failed while it ran) and read its end."""
+        if self.started is not None and self.started.poll() is None:
+            self.started.kill()
+            self.started.wait(STOP_TIMEOUT)
+        self.started = None
 
     def _receive(self, timeout, what):
         try:
@@ -189,6 +210,37 @@ class ForkServer:
             self.process.kill()
             self.process.wait()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class ForkedProcess:
+    """A run started by ForkServer.start: what the tests use of subprocess.Popen (pid, poll, wait, send_signal,
+    kill, returncode). Its pid is the run's own process: a signal sent to it reaches the run as it would a
+    subprocess."""
+
+    def __init__(self, server: ForkServer, pid: int):
+        self.server, self.pid, self.returncode = server, pid, None
+
+    def poll(self) -> int | None:
+        return self._finish(0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self._finish(timeout) is None:
+            raise subprocess.TimeoutExpired(f"forked run {self.pid}", timeout)
+        return self.returncode
+
+    def _finish(self, timeout) -> int | None:
+        if self.returncode is None:
+            message = self.server._receive(timeout, "run")
+            if message is not None:
+                self.returncode = message["returncode"]
+        return self.returncode
+
+    def send_signal(self, number: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, number)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 # The helper's side.
@@ -331,6 +383,11 @@ def _run_child(request: dict, env: dict, replay: tuple[bytes, bytes]) -> None:
         os.dup2(target, fd)
         os.close(target)
         os.write(fd, early)
+    if env.get("PYTHONUNBUFFERED"):  # what `python -u` does: no buffer between print() and the file
+        for name, fd in (("stdout", 1), ("stderr", 2)):
+            stream = getattr(sys, name)
+            setattr(sys, name, io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding=stream.encoding,
+                                                errors=stream.errors, write_through=True))
     kind, target, args = request["kind"], request["target"], request["args"]
     sys.orig_argv = [sys.executable, kind, target, *args]
     try:

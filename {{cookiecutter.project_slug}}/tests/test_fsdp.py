@@ -6,19 +6,18 @@ in a project baked with parallelism=fsdp (tests/conftest.py); the checks of its 
 """
 
 import signal
-import subprocess
 import time
 
 import pytest
 import torch
 from conftest import (
     METRIC,
-    PROJECT,
     TASK,
     evaluate_on_cpu,
     python_command,
     quick,
     spmd_env,
+    start,
     train,
     train_recording_losses,
 )
@@ -108,11 +107,12 @@ def test_sigkill_and_resume_end_with_the_uninterrupted_weights_and_metrics(tmp_p
     uninterrupted, _, _, uninterrupted_output = four_devices
     output = tmp_path / "outputs"
     command = python_command("--output_dir", str(output), *RUN, *FOUR_DEVICES)
-    process = subprocess.Popen(command, cwd=PROJECT, env=spmd_env(DEVICES, long=True), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stderr = tmp_path / "killed.stderr"
+    process = start(command, spmd_env(DEVICES, long=True), tmp_path / "killed.stdout", stderr)
     latest = output / "checkpoints" / "LATEST"
     deadline = time.monotonic() + 600
     while not (latest.is_file() and latest.read_text().strip() == "step-5"):
-        assert process.poll() is None, process.stderr.read().decode()[-3000:]
+        assert process.poll() is None, stderr.read_text(errors="replace")[-3000:]
         assert time.monotonic() < deadline, "no step checkpoint"
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)

@@ -135,23 +135,23 @@ def test_sigterm_to_one_process_stops_every_process_at_one_step_and_resume_ends_
     """A preemption notice seen by one process: all agree on the step, one checkpoint, resume is exact."""
     import os
     import signal
-    import subprocess
     import time
 
     import torch
-    from conftest import PROJECT, child_env, recorded_rates, workers_command
+    from conftest import child_env, recorded_rates, start, workers_command
 
     reference, _, _ = train_in_workers(tmp_path / "uninterrupted", 2, *SMALL)
     folder = tmp_path / "preempted"
     command, record = workers_command(folder, 2, *SMALL)
-    driver = subprocess.Popen(command, cwd=PROJECT, env=child_env(xla=False), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+    logs = tmp_path / "driver.stdout", tmp_path / "driver.stderr"
+    driver = start(command, child_env(xla=False), *logs)
     deadline = time.monotonic() + 600
     while not (record / "stepped-0").is_file() or not (record / "pid-1").is_file():
-        assert driver.poll() is None and time.monotonic() < deadline, driver.stdout.read()[-3000:]
+        assert driver.poll() is None and time.monotonic() < deadline, logs[1].read_text(errors="replace")[-3000:]
         time.sleep(0.05)
     os.kill(int((record / "pid-1").read_text()), signal.SIGTERM)  # the notice reaches process 1 only
-    output, _ = driver.communicate(timeout=600)
+    driver.wait(timeout=600)
+    output = "".join(log.read_text(errors="replace") for log in logs)
     assert driver.returncode != 0, output[-3000:]
     assert "preempted (SIGTERM) at epoch 1" in output or "preempted (by another process) at epoch 1" in output, output[-3000:]
     steps = {rank: len(used) for rank, used in recorded_rates(record).items()}

@@ -16,13 +16,14 @@ import json
 import re
 import signal
 import subprocess
+import tempfile
 import textwrap
-import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
-from conftest import METRIC, PROJECT, child_env, python_code, python_command, run
+from conftest import METRIC, child_env, python_code, python_command, run, start
 
 from {{ cookiecutter.project_slug }}.checkpointing import LATEST, CheckpointProblem, check_writable, read_progress
 from {{ cookiecutter.project_slug }}.preemption import PREEMPTED_EXIT
@@ -87,30 +88,21 @@ PAUSE_IN_SAVE = cli_with_save_state("""
 
 
 class Watched:
-    """A training run in a child process whose output is read while it runs."""
+    """A training run in a child process whose output is read while it runs (from the files it writes)."""
 
     def __init__(self, output, args, pause_in_save=False, **env):
         arguments = ("--output_dir", str(output), *args)
         command = python_code(PAUSE_IN_SAVE, *arguments) if pause_in_save else python_command(*arguments)
-        self.process = subprocess.Popen(
-            command, cwd=PROJECT, env=child_env(PYTHONUNBUFFERED="1", **env),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )
-        self.stdout, self.stderr = bytearray(), bytearray()
-        self.readers = [
-            threading.Thread(target=self._drain, args=(pipe, buffer), daemon=True)
-            for pipe, buffer in ((self.process.stdout, self.stdout), (self.process.stderr, self.stderr))
-        ]
-        for reader in self.readers:
-            reader.start()
+        logs = Path(tempfile.mkdtemp(prefix="watched-", dir=output.parent))
+        self.out, self.err = logs / "stdout", logs / "stderr"
+        self.process = start(command, child_env(PYTHONUNBUFFERED="1", **env), self.out, self.err)
 
-    @staticmethod
-    def _drain(pipe, buffer):
-        for chunk in iter(lambda: pipe.read1(65536), b""):
-            buffer.extend(chunk)
+    @property
+    def stderr(self) -> bytes:
+        return self.err.read_bytes()
 
     def text(self) -> str:
-        return (bytes(self.stdout) + bytes(self.stderr)).decode(errors="replace")
+        return (self.out.read_bytes() + self.err.read_bytes()).decode(errors="replace")
 
     def signal_when(self, ready, number, timeout=900, settle=0.0) -> tuple[int, str]:
         """Send signal `number` as soon as ready() holds (fail if the run ends first); (exit status, output)."""
@@ -124,8 +116,6 @@ class Watched:
         time.sleep(settle)
         self.process.send_signal(number)
         self.process.wait(timeout=600)
-        for reader in self.readers:
-            reader.join()
         return self.process.returncode, self.text()
 
     def kill_when(self, ready, timeout=900, settle=0.0) -> str:
@@ -138,7 +128,7 @@ class Watched:
         """A ready() for signal_when: the progress bar shows at least `step` steps of `epoch`."""
         return lambda: any(
             int(found_epoch) == epoch and int(found_step) >= step
-            for found_epoch, found_step in STEP_SHOWN.findall(bytes(self.stderr))
+            for found_epoch, found_step in STEP_SHOWN.findall(self.stderr)
         )
 
 
