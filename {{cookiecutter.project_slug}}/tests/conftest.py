@@ -26,8 +26,8 @@ TESTS_XLA_FLAGS = "--xla_backend_optimization_level=0"
 os.environ.setdefault("XLA_FLAGS", TESTS_XLA_FLAGS)
 # A long run (tens of steps) is the other way round: a step of the demo's model runs about 3 times faster at LLVM's
 # level 1 than at 0, for about 50% more compile seconds (measured on 2 cores: the default demo's 90 steps 117 s -> 50 s,
-# a 6-step quick run 26.5 s -> 31.9 s). long_run_env() gives those runs level 1 unless XLA_FLAGS was set to something
-# else; it is the level's only difference from the others (forkserver.py routes XLA_FLAGS to the forked run).
+# a 6-step quick run 26.5 s -> 31.9 s). child_env(long=True) gives those runs level 1 unless XLA_FLAGS was set to
+# something else; it is the level's only difference from the others (forkserver.py routes XLA_FLAGS to the forked run).
 LONG_RUN_XLA_FLAGS = "--xla_backend_optimization_level=1"
 CLI = "{{ cookiecutter.project_slug }}.cli"
 XLA_AVAILABLE = importlib.util.find_spec("torch_xla") is not None
@@ -126,7 +126,8 @@ def pytest_runtest_setup(item):
 
 
 def child_env(xla: bool = True, long: bool = False, **extra) -> dict:
-    """The environment of a run: with or without torch_xla, a long run (long_run_env) or not, `extra` on top."""
+    """The environment of a run: with or without torch_xla, of tens of steps (`long`: LONG_RUN_XLA_FLAGS) or not,
+    `extra` on top."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **extra}
     if xla:
         env.setdefault("PJRT_DEVICE", "CPU")
@@ -138,20 +139,16 @@ def child_env(xla: bool = True, long: bool = False, **extra) -> dict:
     return env
 
 
-def long_run_env(**extra) -> dict:
-    """An XLA run of tens of steps: its code optimised (LONG_RUN_XLA_FLAGS)."""
-    return child_env(long=True, **extra)
-
-
 class ForkableCommand(list):
     """`python -m module *args` or `python -c code *args`, with torch_xla importable (xla) or hidden: run() may fork
     it from a fork server. Any list made from it (a copy, a concatenation) is a plain command again, run as a
     subprocess."""
 
     def __init__(self, kind: str, target: str, args, xla: bool = True):
-        prelude = "" if xla else NO_XLA_PRELUDE
-        super().__init__([sys.executable, kind, prelude + target if kind == "-c" else target, *args])
-        self.kind, self.target, self.args, self.xla = kind, prelude + target if kind == "-c" else target, list(args), xla
+        if kind == "-c" and not xla:
+            target = NO_XLA_PRELUDE + target
+        super().__init__([sys.executable, kind, target, *args])
+        self.kind, self.target, self.args, self.xla = kind, target, list(args), xla
 
 
 def python_command(*args, module: str = CLI, xla: bool = True) -> list[str]:
@@ -275,7 +272,7 @@ def demo_report(tmp_path_factory):
         if level not in runs:
             folder = tmp_path_factory.mktemp(f"demo-{level.replace('+', '-')}")
             runs[level] = train(folder, *PRECISION_FLAGS[level], "--checkpoint", "false", "--max_recompilations", "0",
-                                env=long_run_env())
+                                env=child_env(long=True))
         return runs[level]
 
     return get
@@ -409,7 +406,7 @@ def train_recording_losses(folder, *args, env=None, check=True):
 
 
 def spmd_env(devices: int, long: bool = False) -> dict:
-    """XLA on the CPU with `devices` devices in one process (the fsdp layout's SPMD mesh); `long`: long_run_env."""
+    """XLA on the CPU with `devices` devices in one process (the fsdp layout's SPMD mesh); `long`: as child_env."""
     return child_env(long=long, PJRT_DEVICE="CPU", CPU_NUM_DEVICES=str(devices))
 
 

@@ -117,10 +117,7 @@ class ForkServer:
             self._end_started()
             self.runs += 1
             out, err = (os.path.join(self.folder, f"run-{self.runs}.{name}") for name in ("out", "err"))
-            self.channel.send(
-                {"kind": kind, "target": target, "args": list(args), "env": env, "cwd": self.cwd, "stdout": out,
-                 "stderr": err}
-            )
+            self._request(kind, target, args, env, out, err)
             try:
                 self._receive(STOP_TIMEOUT, "fork")
                 finished = self._receive(timeout, "run")
@@ -138,10 +135,13 @@ class ForkServer:
         one if it is still running (a test that failed before it waited for it)."""
         with self.lock:
             self._end_started()
-            self.channel.send({"kind": kind, "target": target, "args": list(args), "env": env, "cwd": self.cwd,
-                               "stdout": stdout, "stderr": stderr})
+            self._request(kind, target, args, env, stdout, stderr)
             self.started = ForkedProcess(self, self._receive(STOP_TIMEOUT, "fork")["pid"])
             return self.started
+
+    def _request(self, kind: str, target: str, args, env: dict, stdout: str, stderr: str) -> None:
+        self.channel.send({"kind": kind, "target": target, "args": list(args), "env": env, "cwd": self.cwd,
+                           "stdout": stdout, "stderr": stderr})
 
     def _end_started(self) -> None:
         """Kill a started run whose end nobody read (a test that failed while it ran) and read its end."""

@@ -35,19 +35,23 @@ ONE_DEVICE = ["--parallelism", "data", "--train_batch_size", "16", "--eval_batch
               "--export", "false"]
 FOUR_DEVICES = ["--parallelism", "fsdp", "--train_batch_size", "4", "--eval_batch_size", "16", "--save_steps", "5"]
 DEVICES = 4
-# Every run here is long (60 steps): optimised code (conftest.long_run_env), the same in all of them, since their
-# weights and losses are compared to each other.
+
+
+def run_env(devices: int) -> dict:
+    """Every run here is long (60 steps): optimised code (conftest.child_env's `long`), the same in all of them,
+    since their weights and losses are compared to each other."""
+    return spmd_env(devices, long=True)
 
 
 @pytest.fixture(scope="module")
 def one_device(tmp_path_factory):
-    return train_recording_losses(tmp_path_factory.mktemp("data-1"), *RUN, *ONE_DEVICE, env=spmd_env(1, long=True))
+    return train_recording_losses(tmp_path_factory.mktemp("data-1"), *RUN, *ONE_DEVICE, env=run_env(1))
 
 
 @pytest.fixture(scope="module")
 def four_devices(tmp_path_factory):
     folder = tmp_path_factory.mktemp("fsdp-4")
-    report, result, losses = train_recording_losses(folder, *RUN, *FOUR_DEVICES, env=spmd_env(DEVICES, long=True))
+    report, result, losses = train_recording_losses(folder, *RUN, *FOUR_DEVICES, env=run_env(DEVICES))
     return report, result, losses, folder / "outputs"
 
 
@@ -108,7 +112,7 @@ def test_sigkill_and_resume_end_with_the_uninterrupted_weights_and_metrics(tmp_p
     output = tmp_path / "outputs"
     command = python_command("--output_dir", str(output), *RUN, *FOUR_DEVICES)
     stderr = tmp_path / "killed.stderr"
-    process = start(command, spmd_env(DEVICES, long=True), tmp_path / "killed.stdout", stderr)
+    process = start(command, run_env(DEVICES), tmp_path / "killed.stdout", stderr)
     latest = output / "checkpoints" / "LATEST"
     deadline = time.monotonic() + 600
     while not (latest.is_file() and latest.read_text().strip() == "step-5"):
@@ -120,7 +124,7 @@ def test_sigkill_and_resume_end_with_the_uninterrupted_weights_and_metrics(tmp_p
     assert process.returncode == -signal.SIGKILL
     assert (output / "checkpoints" / "step-5" / "sharded" / ".metadata").is_file()  # torch.distributed.checkpoint
 
-    resumed, result = train(tmp_path, *RUN, *FOUR_DEVICES, "--resume", env=spmd_env(DEVICES, long=True))
+    resumed, result = train(tmp_path, *RUN, *FOUR_DEVICES, "--resume", env=run_env(DEVICES))
     assert "resume: continuing after epoch 0, step 5 of epoch 1" in result.stdout
     for key in (METRIC, "eval_loss", "eval_examples_counted"):
         assert resumed[key] == uninterrupted[key], key
@@ -172,7 +176,7 @@ def test_gradient_checkpointing_trains_in_both_layouts(tmp_path, one_device, fou
     step does not depend on the number of epochs), no checkpoints or export (they come after it).
     """
     plain_runs = {"data": one_device[2], "fsdp": four_devices[2]}
-    for name, layout, env in (("data", ONE_DEVICE, spmd_env(1, long=True)), ("fsdp", FOUR_DEVICES, spmd_env(DEVICES, long=True))):
+    for name, layout, env in (("data", ONE_DEVICE, run_env(1)), ("fsdp", FOUR_DEVICES, run_env(DEVICES))):
         checkpointed = train_recording_losses(
             tmp_path / name, *RUN, *layout, "--num_epochs", "1", "--checkpoint", "false", "--export", "false",
             "--gradient_checkpointing", "true", env=env,
