@@ -47,7 +47,9 @@ def section(results: Path, start: str, end: str, task: str) -> str:
     folder = results.relative_to(results.parents[1]) if results.name != "benchmark-results" else Path(results.name)
     intro = (
         f"{title}, {machine(results)}{wall}. Every figure below is generated from that run: regenerate "
-        f"with `make test` then `make results`. Full tables: {folder}/results.md; the figure: {folder}/results.png."
+        f"with `make test` then `make results`. Full tables: {folder}/results.md; the figure: {folder}/results.png. "
+        "On XLA:CPU the quick profile compiles without LLVM's optimisations and with XLA:CPU's older loop emitters "
+        "(`cpu_xla_flags` in the project's benchmarks/profiles.py): its times compare its rows, nothing more."
     )
     body = ["#" + line if line.startswith("### ") else line for line in body]
     return "\n".join([start, "", f"### {task}", "", intro, *body, "", end])

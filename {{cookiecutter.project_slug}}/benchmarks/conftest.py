@@ -50,14 +50,17 @@ def profile(pytestconfig) -> profiles.Profile:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def xla_parent():
-    """Load the heavy imports once, in a parent that never touches a device, for every child to inherit."""
+def xla_parent(profile):
+    """Load the heavy imports once, in a parent that never touches a device, for every child to inherit, with the
+    profile's XLA flags on the XLA CPU device (after torch_xla's import, which adds its own defaults to XLA_FLAGS)."""
     if importlib.util.find_spec("torch_xla") is None:
         message = "torch_xla is not installed: the benchmarks measure XLA (pip install -e '.[xla-cpu]' or '.[tpu]')"
         if os.environ.get("REQUIRE_XLA") == "1":
             pytest.fail(message)
         pytest.skip(message)
     isolation.preload()
+    if profile.cpu_xla_flags and os.environ.get("PJRT_DEVICE") == "CPU":
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {profile.cpu_xla_flags}".strip()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -63,12 +63,6 @@ def _quiet_run(**settings) -> TrainConfig:
     return TrainConfig(checkpoint=False, compilation_cache=False, export=True, **settings)
 
 
-def _use_xla_flags(profile: Profile) -> None:
-    """The profile's XLA flags for this process, on the XLA CPU device only; before the runtime starts."""
-    if profile.finetune_xla_flags and os.environ.get("PJRT_DEVICE") == "CPU":
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {profile.finetune_xla_flags}".strip()
-
-
 def _cpu_seconds() -> float:
     """CPU seconds this process used so far, every thread (compiling is most of them)."""
     used = resource.getrusage(resource.RUSAGE_SELF)
@@ -79,7 +73,6 @@ def pretrain(profile: Profile, output_dir: str) -> dict:
     """The demo model from scratch in float32 at the demo's learning rate; returns where it was exported."""
     from {{ cookiecutter.project_slug }} import training
 
-    _use_xla_flags(profile)
     started = time.perf_counter()
     config = _quiet_run(
         demo=True, mixed_precision="no", pure_bf16="no", max_seq_length=profile.finetune_seq_length,
@@ -131,7 +124,6 @@ def fine_tune(level: str, profile: Profile, pretrained: str, output_dir: str) ->
     from {{ cookiecutter.project_slug }} import training
     from {{ cookiecutter.project_slug }}.host_evaluation import evaluate_on_host
 
-    _use_xla_flags(profile)
     started = time.perf_counter()
     config = fine_tune_config(level, profile, pretrained, output_dir)
     report = training.training_function(config=config)

@@ -41,14 +41,15 @@ class Profile:
     # The fine-tuning comparison of the precision levels (measure_finetuning.py): the demo model pretrained in
     # float32 for pretrain_epochs over the first pretrain_train_examples (None: all), then fine-tuned in each level
     # for finetune_epochs over the first finetune_train_examples in batches of finetune_batch_size: the same
-    # optimizer steps in every level. finetune_xla_flags: added to XLA_FLAGS in each of its runs on XLA:CPU.
+    # optimizer steps in every level.
     pretrain_epochs: int
     pretrain_train_examples: int | None
     finetune_epochs: int
     finetune_train_examples: int | None
     finetune_batch_size: int
     finetune_seq_length: int
-    finetune_xla_flags: str
+    # Added to XLA_FLAGS for every measurement on the XLA CPU device (conftest.py, before any child starts).
+    cpu_xla_flags: str
 
     def precision_cases(self, modes) -> list[tuple[str, str]]:
         """(model, mode) pairs, fp32 first for each model: the other modes measure their drift from it."""
@@ -72,11 +73,14 @@ def _profiles() -> dict[str, Profile]:
             max_seq_length=64, warmup_steps=3, timed_steps=5, full_grid=False, eval_rounds=3, grid_train_steps=4,
             compare_epochs=2, compare_train_examples=200,
             # 32 tokens hold a demo sentence; 16 steps (128 examples) are enough for the lost updates to show.
-            # Compiling is most of a short run's CPU time, and LLVM optimising the generated code most of that:
-            # with it off, a level's run takes about half the CPU seconds and its steps about twice as long
-            # (the full profile keeps it on).
             pretrain_epochs=2, pretrain_train_examples=480, finetune_epochs=1, finetune_train_examples=128,
-            finetune_batch_size=8, finetune_seq_length=32, finetune_xla_flags="--xla_backend_optimization_level=0",
+            finetune_batch_size=8, finetune_seq_length=32,
+            # Compiling is most of a short run's CPU time on XLA:CPU, and LLVM optimising the generated code most of
+            # that. With it off and XLA:CPU's older loop emitters (measured on 2 cores, the quick demo: compile 13.6 s
+            # -> 5.7-6.0 s, a step 0.12 s -> 0.19-0.31 s) every row compiles the same graphs in less than half the
+            # time and steps about twice as slowly: the quick profile's times compare its rows, nothing more (the
+            # full profile keeps XLA's defaults).
+            cpu_xla_flags="--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false",
         ),
         "full": Profile(
             name="full", precision_models=("demo", "bert-base"), larger_model_modes=None,
@@ -85,7 +89,7 @@ def _profiles() -> dict[str, Profile]:
             grid_train_steps=5, compare_epochs=3, compare_train_examples=472,
             pretrain_epochs=3, pretrain_train_examples=None, finetune_epochs=2, finetune_train_examples=None,
             finetune_batch_size=baked.per_chip_train_batch(False, 1), finetune_seq_length=baked.max_seq_length,
-            finetune_xla_flags="",
+            cpu_xla_flags="",
         ),
     }
 

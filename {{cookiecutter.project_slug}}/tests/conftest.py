@@ -20,15 +20,19 @@ from forkserver import ForkServer
 PROJECT = Path(__file__).resolve().parent.parent
 # Most of a short run's CPU time on XLA:CPU is compiling, and most of that is LLVM optimising the machine code XLA
 # generates. The tests look at graphs, counts and metrics, not at speed: they compile without that optimisation
-# (measured: a quick demo run's CPU time 22.5 s -> 16.2 s, its compile seconds 23.5 -> 10.8). It changes only the CPU
-# backend's code generation, not the graphs; set XLA_FLAGS yourself to test with other flags.
-TESTS_XLA_FLAGS = "--xla_backend_optimization_level=0"
+# (measured: a quick demo run's CPU time 22.5 s -> 16.2 s, its compile seconds 23.5 -> 10.8), and with XLA:CPU's older
+# emitters for its fused loops instead of its fusion emitters (measured on 2 cores, a 6-step quick run at level 0:
+# compile seconds 9.6-10.0 -> 5.7-6.0, a step 0.45-0.57 s -> 0.19-0.31 s, the run 31 s -> 24-26 s). Both change only
+# the CPU backend's code generation, not the graphs; set XLA_FLAGS yourself to test with other flags.
+TESTS_LEVEL = "--xla_backend_optimization_level=0"
+TESTS_XLA_FLAGS = f"{TESTS_LEVEL} --xla_cpu_use_fusion_emitters=false"
 os.environ.setdefault("XLA_FLAGS", TESTS_XLA_FLAGS)
-# A long run (tens of steps) is the other way round: a step of the demo's model runs about 3 times faster at LLVM's
-# level 1 than at 0, for about 50% more compile seconds (measured on 2 cores: the default demo's 90 steps 117 s -> 50 s,
-# a 6-step quick run 26.5 s -> 31.9 s). child_env(long=True) gives those runs level 1 unless XLA_FLAGS was set to
-# something else; it is the level's only difference from the others (forkserver.py routes XLA_FLAGS to the forked run).
-LONG_RUN_XLA_FLAGS = "--xla_backend_optimization_level=1"
+# A long run (tens of steps) is the other way round: a step of the demo's model runs about twice as fast at LLVM's
+# level 1 as at 0, for more than twice the compile seconds (measured on 2 cores, the default demo's 90 steps with the
+# older emitters: 62 s at level 0, 48 s at level 1; a 6-step quick run 24-26 s -> 34.5 s). child_env(long=True) gives
+# those runs level 1 unless XLA_FLAGS was set to something else; it is the level's only difference from the others
+# (forkserver.py routes XLA_FLAGS to the forked run).
+LONG_RUN_LEVEL = "--xla_backend_optimization_level=1"
 CLI = "{{ cookiecutter.project_slug }}.cli"
 XLA_AVAILABLE = importlib.util.find_spec("torch_xla") is not None
 # A small, fast demo configuration for tests (the real demo uses the baked defaults). No test run may
@@ -126,7 +130,7 @@ def pytest_runtest_setup(item):
 
 
 def child_env(xla: bool = True, long: bool = False, **extra) -> dict:
-    """The environment of a run: with or without torch_xla, of tens of steps (`long`: LONG_RUN_XLA_FLAGS) or not,
+    """The environment of a run: with or without torch_xla, of tens of steps (`long`: LONG_RUN_LEVEL) or not,
     `extra` on top."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **extra}
     if xla:
@@ -134,8 +138,8 @@ def child_env(xla: bool = True, long: bool = False, **extra) -> dict:
     else:
         env.pop("PJRT_DEVICE", None)
     flags = env.get("XLA_FLAGS", "").split()
-    if long and TESTS_XLA_FLAGS in flags:  # the tests' own level (torch_xla's import appends its defaults to it)
-        env["XLA_FLAGS"] = " ".join(LONG_RUN_XLA_FLAGS if flag == TESTS_XLA_FLAGS else flag for flag in flags)
+    if long and TESTS_LEVEL in flags:  # the tests' own level (torch_xla's import appends its defaults to it)
+        env["XLA_FLAGS"] = " ".join(LONG_RUN_LEVEL if flag == TESTS_LEVEL else flag for flag in flags)
     return env
 
 
