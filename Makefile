@@ -23,12 +23,16 @@ TEST_ENV := PJRT_DEVICE=CPU REQUIRE_XLA=1 HF_HUB_OFFLINE=1
 # Timed alone, before the rest: pytest-benchmark measures nothing under pytest-xdist (it disables itself there).
 BAKE_TIME := benchmarks/test_bake_time.py
 
-.PHONY: help env demo check test notebook results clean
+.PHONY: help env envs demo check test notebook results clean
 
 help: ## List the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'
 
 env: $(STAMP) ## Create the pinned environment in .venv (reused while the pins are unchanged)
+
+# Both environments at once (make test and make check need both): pip spends much of their time waiting on files.
+envs:
+	@$(MAKE) --no-print-directory -j2 $(STAMP) $(XPK_STAMP)
 
 $(STAMP): requirements.txt
 	rm -rf $(VENV)
@@ -49,12 +53,12 @@ demo: env ## Bake the template with its defaults into build/ and train the offli
 	$(PY) -m cookiecutter . --no-input --output-dir $(BUILD)/demo
 	cd $(BUILD)/demo/$(DEMO_SLUG) && PJRT_DEVICE=CPU HF_HUB_OFFLINE=1 $(PY) train.py
 
-check: env $(XPK_STAMP) ## The inner loop (minutes): lint, the template's tests that train nothing, each task's fast tier
+check: envs ## The inner loop (minutes): lint, the template's tests that train nothing, each task's fast tier
 	$(PY) -m ruff check --no-cache tests benchmarks tools hooks
 	$(PY) -m pytest -q -p no:xdist $(BAKE_TIME)
 	$(TEST_ENV) XPK=$(XPK) REQUIRE_XPK=1 $(PY) -m pytest $(PARALLEL) -m "not slow" --ignore=$(BAKE_TIME) tests benchmarks
 
-test: env $(XPK_STAMP) ## Lint, then everything: bakes, hooks, the four main bakes' whole suites, the quick benchmarks
+test: envs ## Lint, then everything: bakes, hooks, the four main bakes' whole suites, the quick benchmarks
 	$(PY) -m ruff check --no-cache tests benchmarks tools hooks
 	rm -rf $(DURATIONS) && mkdir -p $(DURATIONS)
 	$(PY) -m pytest -q -p no:xdist --junitxml=$(DURATIONS)/bake-time.xml -o junit_suite_name=bake-time $(BAKE_TIME)
