@@ -4,8 +4,9 @@ tools/repro_gloo_hang.py runs the chip-count test's whole driver (about 33 s a l
 this runs the same imports and the same `notebook_launcher` call with workers that only join the gloo group and pass
 one barrier (about 0.4 s a launch). A launch with no progress for --stall seconds is dumped with repro_gloo_hang's
 dump_hung (py-spy and gdb stacks of every process, sockets, the master port's listener), killed, and counted.
-Measured here without the wait conftest.WORKERS adds: 8 hangs in 870 launches (1 in 468 on a quiet machine, about 1
-in 10 with the machine loaded); with `--wait` (that wait): none in 832.
+Measured here without the wait the package's training_function makes (processes.wait_for_forked_siblings): 8 hangs in
+870 launches (1 in 468 on a quiet machine, about 1 in 10 with the machine loaded); with `--wait` (that wait, then in the
+tests' driver): none in 832.
 
     .venv/bin/python tools/gloo_startup_stress.py build/demo/tpu_text_classifier --launches 500 [--wait]
 """
@@ -23,8 +24,7 @@ TOOLS = Path(__file__).resolve().parent
 # The child: the driver's imports, then `launches` launches, a heartbeat line before each (launch, port).
 CHILD = """
 import sys; sys.modules['torch_xla'] = None
-import os, socket, time
-import psutil
+import socket
 from accelerate import Accelerator, notebook_launcher
 project, processes, launches, beat, wait = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 sys.path.insert(0, project)
@@ -32,9 +32,8 @@ package = next(path.parent.name for path in __import__("pathlib").Path(project).
 __import__(f"{package}.training")  # what the tests' driver imports before it forks
 
 def run():
-    if wait == "1":  # conftest.WORKERS's workaround: connect only once the launcher has forked every worker
-        while len(psutil.Process(os.getppid()).children()) < processes:
-            time.sleep(0.05)
+    if wait == "1":  # the package's workaround: connect only once the launcher has forked every worker
+        __import__(f"{package}.processes", fromlist=["processes"]).wait_for_forked_siblings()
     accelerator = Accelerator(cpu=True)
     accelerator.wait_for_everyone()
     accelerator.end_training()
@@ -62,7 +61,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--launches", type=int, default=500)
     parser.add_argument("--stall", type=float, default=60, help="seconds without a new launch that count as a hang")
-    parser.add_argument("--wait", action="store_true", help="with conftest.WORKERS's wait for the siblings' fork")
+    parser.add_argument("--wait", action="store_true", help="with the package's wait for the siblings' fork (processes.wait_for_forked_siblings)")
     parser.add_argument("--out", type=Path, default=Path("gloo-startup-stress"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -287,9 +287,8 @@ def demo_report(tmp_path_factory):
 # the learning rate of every optimizer step in every process, and can give each process its own
 # working folder: a relative output_dir then points at each "host's" own disk.
 WORKERS = NO_XLA_PRELUDE + """
-import json, os, time
+import json, os
 from pathlib import Path
-import psutil
 from accelerate import notebook_launcher
 from {{ cookiecutter.project_slug }} import training
 from {{ cookiecutter.project_slug }}.cli import parse
@@ -307,14 +306,6 @@ def recording(accelerator, model, optimizer, scheduler, batch):
     return loss
 
 def run(model, config):
-    # No worker connects to the rendezvous before notebook_launcher has forked them all. It forks them from this
-    # process (start_method "fork") while torch elastic's agent store serves the workers from a thread of this process,
-    # and c10d's formatSockAddr calls getnameinfo (glibc's resolver lock) for every connection it accepts: a worker
-    # forked while that lock is held inherits it held and hangs in its own store connection's getnameinfo, and the
-    # others wait in gloo's connectFullMesh. The template's tools/gloo_startup_stress.py reproduces it (8 hangs in 870
-    # 4-process start-ups on a 2-core machine; none in 832 with this wait).
-    while len(psutil.Process(os.getppid()).children()) < int(processes):
-        time.sleep(0.05)
     rank = int(os.environ.get("RANK", "0"))
     Path(record, f"pid-{rank}").write_text(str(os.getpid()))
     if hosts:

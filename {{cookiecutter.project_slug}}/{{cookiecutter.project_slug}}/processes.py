@@ -10,9 +10,32 @@ every host's chips.
 
 import os
 import sys
+import time
 from contextlib import contextmanager
 
 from . import hosts
+
+
+def wait_for_forked_siblings(timeout: float = 60.0) -> None:
+    """In one of several local workers on the CPU or GPUs (not XLA), wait until the launcher has started all of them,
+    before this one connects to the rendezvous (at most `timeout` seconds, then go on).
+
+    Why: Accelerate's notebook_launcher forks the workers (start_method "fork") from the notebook's own process, where
+    torch elastic's store serves the rendezvous from a thread, and c10d's formatSockAddr calls getnameinfo (glibc's
+    resolver lock) for every connection that thread accepts (pytorch/pytorch#159007). A worker forked while the thread
+    holds the lock inherits it held and hangs in its own connection's getnameinfo, and the other workers wait for it in
+    gloo's connectFullMesh (the same glibc mechanism: resque/resque#1630). Once every worker is forked, no fork can
+    copy the lock. The template's tools/gloo_startup_stress.py reproduced it: 8 hangs in 870 4-process start-ups on 2
+    cores without this wait, none in 832 with it. Workers that a launcher spawns (torchrun) wait a moment for nothing.
+    """
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if local < 2 or os.environ.get("PJRT_DEVICE"):
+        return
+    import psutil
+
+    launcher, deadline = psutil.Process(os.getppid()), time.monotonic() + timeout
+    while len(launcher.children()) < local and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def is_main(accelerator) -> bool:

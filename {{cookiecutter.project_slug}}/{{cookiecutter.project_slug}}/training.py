@@ -44,6 +44,7 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
         if config.watch_compilations:
             analysis_file = compile_analysis.enable_analysis(Path(config.output_dir) / "xla-compilations", process_label())
     layout.start()
+    processes.wait_for_forked_siblings()  # before the Accelerator joins the rendezvous (a fork's hang: processes.py)
 
     from accelerate import Accelerator
     from accelerate.utils import set_seed
