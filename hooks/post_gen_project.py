@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 ANSWERS = json.loads(r"""{{ cookiecutter | tojson }}""")
-NOTEBOOK_FILES = ("train_on_tpu.ipynb", "tests/test_notebook.py", f"{ANSWERS['project_slug']}/launch_guard.py")
+NOTEBOOK_FILES = ("train_on_tpu.ipynb", "tests/test_notebook.py", f"{ANSWERS['project_slug']}/launch/launch_guard.py")
 SCRIPT_FILES = ("train.py", "tests/test_script.py")
 # Each task's own code and tests; the project keeps only the chosen task's. Benchmarks not named here are every
 # task's: the suite's plumbing, FSDPv2 over devices, the fine-tuning comparison of the precision levels.
@@ -21,10 +21,10 @@ TASK_FILES = {
         "benchmarks/measure_precision.py", "benchmarks/test_precision.py", "benchmarks/measure_recompilation.py",
         "benchmarks/test_recompilation.py", "benchmarks/grid.py", "benchmarks/workload.py",
         "benchmarks/test_checkpointing.py", "benchmarks/measure_shared_model.py", "benchmarks/test_shared_model_memory.py",
-        f"{ANSWERS['project_slug']}/memory.py", "data/demo",
+        f"{ANSWERS['project_slug']}/watch/memory.py", "data/demo",
     ),
     "causal-lm": (
-        f"{ANSWERS['project_slug']}/tasks/causal_lm.py", f"{ANSWERS['project_slug']}/samples.py",
+        f"{ANSWERS['project_slug']}/tasks/causal_lm.py", f"{ANSWERS['project_slug']}/tasks/samples.py",
         "tests/test_causal_lm.py", "benchmarks/test_packing.py",
         f"{ANSWERS['project_slug']}/tasks/instructions.py", "tests/test_instructions.py", "tests/chatml_template.jinja",
         "data/demo-lm",
@@ -36,7 +36,7 @@ BENCHMARK_FILES = (
     "benchmarks",
     ".github/workflows/benchmarks.yml",
     "tests/test_benchmark_logic.py",
-    f"{ANSWERS['project_slug']}/memory.py",
+    f"{ANSWERS['project_slug']}/watch/memory.py",
 )
 
 

@@ -16,10 +16,10 @@ from tests.baking import TEMPLATE
 
 TEMPLATE_DIR = TEMPLATE / "{{cookiecutter.project_slug}}"
 # Files that exist only for some answers; everything else is always baked.
-NOTEBOOK_ONLY = {"train_on_tpu.ipynb", "tests/test_notebook.py", "tpu_text_classifier/launch_guard.py"}
+NOTEBOOK_ONLY = {"train_on_tpu.ipynb", "tests/test_notebook.py", "tpu_text_classifier/launch/launch_guard.py"}
 SCRIPT_ONLY = {"train.py", "tests/test_script.py"}
 BENCHMARKS_ONLY_PREFIXES = (
-    "benchmarks/", ".github/workflows/benchmarks.yml", "tests/test_benchmark_logic.py", "tpu_text_classifier/memory.py",
+    "benchmarks/", ".github/workflows/benchmarks.yml", "tests/test_benchmark_logic.py", "tpu_text_classifier/watch/memory.py",
 )
 # Each task's own files (the post-gen hook keeps the chosen task's).
 TASK_ONLY = {
@@ -28,12 +28,12 @@ TASK_ONLY = {
         "tests/test_benchmark_logic.py", "benchmarks/measure_precision.py", "benchmarks/test_precision.py",
         "benchmarks/measure_recompilation.py", "benchmarks/test_recompilation.py", "benchmarks/grid.py",
         "benchmarks/workload.py", "benchmarks/test_checkpointing.py", "benchmarks/measure_shared_model.py",
-        "benchmarks/test_shared_model_memory.py", "tpu_text_classifier/memory.py", "data/demo/train.csv",
+        "benchmarks/test_shared_model_memory.py", "tpu_text_classifier/watch/memory.py", "data/demo/train.csv",
         "data/demo/eval.csv",
     },
     "causal-lm": {
         "tpu_text_classifier/tasks/causal_lm.py", "tpu_text_classifier/tasks/instructions.py",
-        "tpu_text_classifier/samples.py", "tests/test_causal_lm.py", "tests/test_instructions.py",
+        "tpu_text_classifier/tasks/samples.py", "tests/test_causal_lm.py", "tests/test_instructions.py",
         "benchmarks/test_packing.py", "benchmarks/measure_lm_loops.py", "benchmarks/test_lm_loops.py",
         "data/demo-lm/train.csv", "data/demo-lm/eval.csv", "data/demo-lm/instructions-train.jsonl",
         "data/demo-lm/instructions-eval.jsonl", "data/demo-lm/chat_template.jinja", "tests/chatml_template.jinja",
@@ -161,7 +161,7 @@ def test_precision_answers_reach_the_package_and_stay_out_of_accelerates_configs
     sets no XLA_USE_BF16 of its own (which the script would read as a request for pure bf16)."""
     answers, project = baked
     chosen = {"mixed_precision": "bf16", "pure_bf16": "no", **answers}
-    source = (project / "tpu_text_classifier" / "precision.py").read_text()
+    source = (project / "tpu_text_classifier" / "precision" / "levels.py").read_text()
     assert f"BAKED_MIXED_PRECISION = {json.dumps(chosen['mixed_precision'])}\n" in source
     assert f"BAKED_PURE_BF16 = {json.dumps(chosen['pure_bf16'])}\n" in source
     for config in (project / "configs").glob("*.yaml"):
@@ -210,5 +210,6 @@ def test_baked_project_builds_a_wheel(default_project, tmp_path):
     import zipfile
 
     names = zipfile.ZipFile(wheel).namelist()
-    assert "tpu_text_classifier/training.py" in names
-    assert "tpu_text_classifier/precision.py" in names
+    assert "tpu_text_classifier/loop/training.py" in names
+    assert "tpu_text_classifier/precision/levels.py" in names
+    assert "tpu_text_classifier/xla/runtime.py" in names

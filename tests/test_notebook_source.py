@@ -41,7 +41,7 @@ def test_baked_notebook_is_valid_and_follows_the_answers(bake, answers):
     nbformat.validate(notebook)
     text = (project / "train_on_tpu.ipynb").read_text(encoding="utf-8")
     assert "{{" not in text and "{%" not in text
-    assert f"from {DEFAULT_SLUG}.training import training_function" in cell(notebook, "imports")
+    assert f"from {DEFAULT_SLUG}.loop.training import training_function" in cell(notebook, "imports")
     assert "notebook_launcher(training_function, (model, config)" in cell(notebook, "launch")
     assert "check_before_launch(model" in cell(notebook, "launch")
     if shared_model:

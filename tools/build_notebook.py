@@ -31,7 +31,7 @@ def shared_or_not(shared: str, not_shared: str) -> str:
 
 INTRO = f"""# Train `{PKG}` on a TPU from a notebook
 
-This notebook runs `training_function` from `{PKG}/training.py` (imported, not copied{SCRIPT_TOO}),
+This notebook runs `training_function` from `{PKG}/loop/training.py` (imported, not copied{SCRIPT_TOO}),
 launched with Accelerate's `notebook_launcher`. Run it top to bottom on a Colab or Kaggle
 **TPU runtime**, or locally as a quick check.
 
@@ -82,11 +82,11 @@ import os
 from accelerate import notebook_launcher
 
 from {PKG}.config import TrainConfig
-from {PKG}.data import wants_demo
-from {PKG}.launch_guard import check_before_launch
-from {PKG}.precision import accelerate_mixed_precision, requested_level
-from {PKG}.report import format_table
-{shared_or_not(f"from {PKG}.tasks import task{chr(10)}from {PKG}.tokenizer import load_tokenizer{chr(10)}", "")}from {PKG}.training import training_function"""
+from {PKG}.data.sources import wants_demo
+from {PKG}.launch.launch_guard import check_before_launch
+from {PKG}.loop.report import format_table
+from {PKG}.precision.levels import accelerate_mixed_precision, requested_level
+{shared_or_not(f"from {PKG}.tasks import task{chr(10)}from {PKG}.data.tokenizer import load_tokenizer{chr(10)}", "")}from {PKG}.loop.training import training_function"""
 
 CONFIG_WHY = """## 3. Configuration
 

@@ -28,8 +28,8 @@ import socket
 from accelerate import Accelerator, notebook_launcher
 project, processes, launches, beat, wait = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 sys.path.insert(0, project)
-package = next(path.parent.name for path in __import__("pathlib").Path(project).glob("*/training.py"))
-__import__(f"{package}.training")  # what the tests' driver imports before it forks
+package = next(path.parent.parent.name for path in __import__("pathlib").Path(project).glob("*/loop/training.py"))
+__import__(f"{package}.loop.training")  # what the tests' driver imports before it forks
 
 def run():
     if wait == "1":  # the package's workaround: connect only once the launcher has forked every worker

@@ -6,7 +6,7 @@ that their recompilations are counted and explained exactly as the project's own
 
 from pathlib import Path
 
-from {{ cookiecutter.project_slug }} import compile_analysis, graph_watch
+from {{ cookiecutter.project_slug }}.watch import compile_analysis, graph_watch
 
 
 def baseline_watch(output_dir: str, padding: str):

@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from {{ cookiecutter.project_slug }}.precision import PROMISED_TYPES
+from {{ cookiecutter.project_slug }}.precision.levels import PROMISED_TYPES
 
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear", "aten::einsum")
 # One line of torch_xla's IR text: "%7 = bf16[16,64]{1,0} aten::mm(%5, %6), xla_shape=...".

@@ -10,8 +10,8 @@ of every factor in the run with 8 cells instead of 36.
 from dataclasses import dataclass
 from itertools import product
 
-from {{ cookiecutter.project_slug }}.batching import LAST_BATCH_POLICIES
 from {{ cookiecutter.project_slug }}.config import PADDING_MODES
+from {{ cookiecutter.project_slug }}.data.batching import LAST_BATCH_POLICIES
 
 SIZE_LABELS = ("train", "2x-train", "half-train", "non-divisor")
 DEFAULT = ("train", "pad", "fixed")

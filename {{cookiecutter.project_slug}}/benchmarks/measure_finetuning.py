@@ -27,7 +27,7 @@ import resource
 import time
 
 from {{ cookiecutter.project_slug }}.config import TrainConfig
-from {{ cookiecutter.project_slug }}.data import DEMO_FILES
+from {{ cookiecutter.project_slug }}.data.sources import DEMO_FILES
 from {{ cookiecutter.project_slug }}.tasks import task
 
 from .profiles import Profile
@@ -71,7 +71,7 @@ def _cpu_seconds() -> float:
 
 def pretrain(profile: Profile, output_dir: str) -> dict:
     """The demo model from scratch in float32 at the demo's learning rate; returns where it was exported."""
-    from {{ cookiecutter.project_slug }} import training
+    from {{ cookiecutter.project_slug }}.loop import training
 
     started = time.perf_counter()
     config = _quiet_run(
@@ -121,8 +121,8 @@ def compare_weights(start: dict, end: dict, rounded_to_bf16: bool) -> dict:
 
 def fine_tune(level: str, profile: Profile, pretrained: str, output_dir: str) -> dict:
     """One level fine-tuning the pretrained folder, in this (fresh) process; what it kept, reported and cost."""
-    from {{ cookiecutter.project_slug }} import training
-    from {{ cookiecutter.project_slug }}.host_evaluation import evaluate_on_host
+    from {{ cookiecutter.project_slug }}.loop import training
+    from {{ cookiecutter.project_slug }}.loop.host_evaluation import evaluate_on_host
 
     started = time.perf_counter()
     config = fine_tune_config(level, profile, pretrained, output_dir)

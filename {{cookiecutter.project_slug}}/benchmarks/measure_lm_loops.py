@@ -20,9 +20,12 @@ import re
 import time
 from dataclasses import dataclass
 
-from {{ cookiecutter.project_slug }} import compilations, devices, precision, training
 from {{ cookiecutter.project_slug }}.config import DEMO_GLOBAL_BATCH, DEMO_LEARNING_RATE, TrainConfig
+from {{ cookiecutter.project_slug }}.loop import training
+from {{ cookiecutter.project_slug }}.precision import levels as precision
 from {{ cookiecutter.project_slug }}.tasks import task
+from {{ cookiecutter.project_slug }}.watch import compilations
+from {{ cookiecutter.project_slug }}.xla import device as devices
 
 from .baseline_watch import baseline_watch, recording, trainer_callback
 from .profiles import Profile

@@ -5,8 +5,8 @@ its report's: the optimizer state one device holds, the steady step time (median
 nothing) and the graphs compiled. Any task: nothing here is the classifier's or the language model's own.
 """
 
-from {{ cookiecutter.project_slug }} import training
 from {{ cookiecutter.project_slug }}.config import TrainConfig
+from {{ cookiecutter.project_slug }}.loop import training
 
 from .profiles import Profile
 

@@ -19,9 +19,13 @@ import time
 
 import torch
 
-from {{ cookiecutter.project_slug }} import batching, compilations, devices, precision, training
 from {{ cookiecutter.project_slug }}.config import TrainConfig
+from {{ cookiecutter.project_slug }}.data import batching
+from {{ cookiecutter.project_slug }}.loop import training
+from {{ cookiecutter.project_slug }}.precision import levels as precision
 from {{ cookiecutter.project_slug }}.tasks.text_classification import make_collator
+from {{ cookiecutter.project_slug }}.watch import compilations
+from {{ cookiecutter.project_slug }}.xla import device as devices
 
 from . import workload
 from .baseline_watch import baseline_watch, recording, trainer_callback

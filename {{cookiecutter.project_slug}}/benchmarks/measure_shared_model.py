@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from {{ cookiecutter.project_slug }} import memory
+from {{ cookiecutter.project_slug }}.watch import memory
 
 from .profiles import Profile
 from .workload import build, config_for

@@ -6,7 +6,7 @@ as a user writes it and with its TPU settings.
 import pytest
 
 from {{ cookiecutter.project_slug }}.config import TrainConfig
-from {{ cookiecutter.project_slug }}.data import DEMO_FILES, check_file
+from {{ cookiecutter.project_slug }}.data.sources import DEMO_FILES, check_file
 from {{ cookiecutter.project_slug }}.tasks.text_classification import label_checks
 
 from . import grid, isolation, profiles

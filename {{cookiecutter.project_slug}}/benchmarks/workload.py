@@ -8,7 +8,7 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification
 
 from {{ cookiecutter.project_slug }}.config import TrainConfig
-from {{ cookiecutter.project_slug }}.modeling import ATTENTION, make_graph_friendly
+from {{ cookiecutter.project_slug }}.models.modeling import ATTENTION, make_graph_friendly
 from {{ cookiecutter.project_slug }}.tasks import task
 
 from .profiles import BERT_VOCAB_SIZE, MODEL_SHAPES, Profile

@@ -174,10 +174,10 @@ def python_code(code: str, *args, xla: bool = True) -> list[str]:
 
 
 # What the fork server imports once: the libraries and the package's training loop, which a real run has imported
-# before it first changes its own environment (precision.py then sets XLA_USE_BF16, and transformers.modeling_utils,
+# before it first changes its own environment (precision/levels.py then sets XLA_USE_BF16, and transformers.modeling_utils,
 # in that import, reads it at import time). peft, which a real run imports later, reads none of the variables set then.
 FORK_PRELOAD = ("torch", "torch_xla", "transformers", "accelerate", "datasets", "peft",
-                "{{ cookiecutter.project_slug }}.training")
+                "{{ cookiecutter.project_slug }}.loop.training")
 # The only variables in which a forked run's environment may differ from the fork server's: checked, no module in
 # FORK_PRELOAD reads them at import (torch_xla reads PJRT_DEVICE and CPU_NUM_DEVICES when its runtime starts; at
 # import it only asks whether PJRT_DEVICE is set, and every XLA run sets it; fsspec, tqdm and networkx scan all the
@@ -290,7 +290,7 @@ WORKERS = NO_XLA_PRELUDE + """
 import json, os
 from pathlib import Path
 from accelerate import notebook_launcher
-from {{ cookiecutter.project_slug }} import training
+from {{ cookiecutter.project_slug }}.loop import training
 from {{ cookiecutter.project_slug }}.cli import parse
 
 processes, port, record, hosts, *argv = sys.argv[1:]
@@ -361,8 +361,8 @@ def train_in_workers(folder, processes: int, *args, hosts=None, check=True):
 def local_model(tmp_path_factory) -> Path:
     """A model folder as `save_pretrained` writes it (the demo's tiny BERT and tokenizer): no hub needed."""
     from {{ cookiecutter.project_slug }}.config import TrainConfig
+    from {{ cookiecutter.project_slug }}.data.tokenizer import load_tokenizer
     from {{ cookiecutter.project_slug }}.tasks import task
-    from {{ cookiecutter.project_slug }}.tokenizer import load_tokenizer
 
     folder = tmp_path_factory.mktemp("local-model")
     config = TrainConfig(demo=True)
@@ -376,7 +376,7 @@ def local_model(tmp_path_factory) -> Path:
 # read after training, so recording adds neither a graph nor a transfer to the run's report.
 RECORDING = """
 import json, sys
-from {{ cookiecutter.project_slug }} import training
+from {{ cookiecutter.project_slug }}.loop import training
 from {{ cookiecutter.project_slug }}.cli import main
 
 record, *argv = sys.argv[1:]
@@ -407,6 +407,6 @@ def spmd_env(devices: int, long: bool = False) -> dict:
 
 def evaluate_on_cpu(model, tokenizer, eval_examples, max_seq_length: int) -> dict:
     """The task's eval metrics of `model` on the plain CPU in float32 (the package's host evaluation)."""
-    from {{ cookiecutter.project_slug }}.host_evaluation import evaluate_on_host
+    from {{ cookiecutter.project_slug }}.loop.host_evaluation import evaluate_on_host
 
     return evaluate_on_host(model, tokenizer, eval_examples, max_seq_length)

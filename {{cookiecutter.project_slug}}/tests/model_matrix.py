@@ -16,9 +16,9 @@ from pathlib import Path
 from conftest import TASK, child_env, python_command, run, spmd_env
 
 from {{ cookiecutter.project_slug }}.config import TrainConfig
-from {{ cookiecutter.project_slug }}.data import DEMO_FILES
+from {{ cookiecutter.project_slug }}.data.sources import DEMO_FILES
+from {{ cookiecutter.project_slug }}.data.tokenizer import load_tokenizer
 from {{ cookiecutter.project_slug }}.tasks import task
-from {{ cookiecutter.project_slug }}.tokenizer import load_tokenizer
 
 LENGTH = 32  # tokens a row (a packed block for the language model)
 # One layer: compiling the step is most of a run's time, and a second identical layer adds no new operation. The
@@ -133,7 +133,7 @@ def untrained_metrics(folder: Path) -> dict:
     """The folder's model before any step: the task's eval metrics on the plain CPU in float32 (host_evaluation)."""
     from conftest import evaluate_on_cpu
 
-    from {{ cookiecutter.project_slug }}.modeling import make_graph_friendly
+    from {{ cookiecutter.project_slug }}.models.modeling import make_graph_friendly
 
     config = TrainConfig(demo=False, model_name_or_path=str(folder), dataset="files",
                          train_file=str(DEMO_FILES["train"]), eval_file=str(DEMO_FILES["eval"]), max_seq_length=LENGTH)

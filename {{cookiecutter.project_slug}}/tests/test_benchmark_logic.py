@@ -16,10 +16,10 @@ from conftest import python_code, run
 
 from benchmarks import graph_types, grid, isolation, measure_finetuning, profiles, reports
 from benchmarks.records import Record
-from {{ cookiecutter.project_slug }} import memory
-from {{ cookiecutter.project_slug }}.batching import LAST_BATCH_POLICIES
 from {{ cookiecutter.project_slug }}.config import PADDING_MODES
-from {{ cookiecutter.project_slug }}.precision import PROMISED_TYPES
+from {{ cookiecutter.project_slug }}.data.batching import LAST_BATCH_POLICIES
+from {{ cookiecutter.project_slug }}.precision.levels import PROMISED_TYPES
+from {{ cookiecutter.project_slug }}.watch import memory
 
 EVAL_SET_SIZE = 120  # data/demo/eval.csv
 
@@ -161,7 +161,7 @@ def one_new_graph():
     import torch
     import torch_xla
 
-    from {{ cookiecutter.project_slug }} import compilations
+    from {{ cookiecutter.project_slug }}.watch import compilations
 
     counted = []
     for _ in range(2):
@@ -240,7 +240,7 @@ def test_only_linear_layers_count_as_weight_matrices():
 
 def test_every_level_is_a_choice_train_py_accepts():
     from {{ cookiecutter.project_slug }}.config import TrainConfig
-    from {{ cookiecutter.project_slug }}.precision import requested_level
+    from {{ cookiecutter.project_slug }}.precision.levels import requested_level
 
     for level, options in measure_finetuning.LEVELS.items():
         assert requested_level(TrainConfig(**options)) == level.removesuffix("+kahan")

@@ -11,9 +11,9 @@ from conftest import DEMO_BAR, evaluate_on_cpu, quick, train
 from transformers import AutoTokenizer
 
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
-from {{ cookiecutter.project_slug }}.data import load_text_data
-from {{ cookiecutter.project_slug }}.samples import continue_greedily
+from {{ cookiecutter.project_slug }}.data.sources import load_text_data
 from {{ cookiecutter.project_slug }}.tasks.causal_lm import IGNORED, build_model, load_examples, pack
+from {{ cookiecutter.project_slug }}.tasks.samples import continue_greedily
 
 LENGTH = 64
 

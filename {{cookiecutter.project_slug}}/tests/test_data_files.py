@@ -9,7 +9,7 @@ import re
 import pytest
 from conftest import child_env, python_command, run
 
-from {{ cookiecutter.project_slug }}.data import DEMO_FILES, DataProblem, check_file
+from {{ cookiecutter.project_slug }}.data.sources import DEMO_FILES, DataProblem, check_file
 from {{ cookiecutter.project_slug }}.tasks.text_classification import label_checks
 
 COLUMNS = ["text"]

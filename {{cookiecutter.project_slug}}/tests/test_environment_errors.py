@@ -12,8 +12,9 @@ import sys
 import pytest
 from conftest import child_env, python_command, run
 
-from {{ cookiecutter.project_slug }} import cli, environment
-from {{ cookiecutter.project_slug }}.environment import EnvironmentProblem
+from {{ cookiecutter.project_slug }} import cli
+from {{ cookiecutter.project_slug }}.launch import environment
+from {{ cookiecutter.project_slug }}.launch.environment import EnvironmentProblem
 
 ARGS = ["--demo", "true", "--num_epochs", "1"]
 

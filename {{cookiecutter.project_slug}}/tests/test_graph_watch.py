@@ -9,8 +9,8 @@ import socket
 import pytest
 from conftest import eval_examples, python_code, quick, run, train
 
-from {{ cookiecutter.project_slug }}.checkpointing import LATEST
-from {{ cookiecutter.project_slug }}.compile_analysis import HOST_READ, parse_analyses
+from {{ cookiecutter.project_slug }}.fault_tolerance.checkpointing import LATEST
+from {{ cookiecutter.project_slug }}.watch.compile_analysis import HOST_READ, parse_analyses
 
 pytestmark = [pytest.mark.xla, pytest.mark.machinery]
 
@@ -86,7 +86,7 @@ def test_an_eval_batch_size_unlike_the_train_size_compiles_its_eval_graph_in_war
 # A host read slipped into the training step from the second epoch on: the classic hidden recompilation.
 HOST_READ_IN_THE_STEP = """
 import runpy, sys
-from {{ cookiecutter.project_slug }} import training
+from {{ cookiecutter.project_slug }}.loop import training
 
 original, steps = training.train_step, []
 

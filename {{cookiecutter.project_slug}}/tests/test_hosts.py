@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import PROJECT, child_env, free_port, python_code
 
-from {{ cookiecutter.project_slug }}.checkpointing import LATEST, PROGRESS
+from {{ cookiecutter.project_slug }}.fault_tolerance.checkpointing import LATEST, PROGRESS
 from {{ cookiecutter.project_slug }}.parallel.fsdp_checkpoint import HOST_STATE
 
 pytestmark = [pytest.mark.xla, pytest.mark.layout("fsdp"), pytest.mark.machinery, pytest.mark.slow]
@@ -54,7 +54,9 @@ for module, function in ((torch, "save"), (safetensors.torch, "save_file")):
         return _original(obj, where, *a, **k)
     setattr(module, function, wrapped)
 
-from {{ cookiecutter.project_slug }} import checkpointing, hosts, training
+from {{ cookiecutter.project_slug }}.fault_tolerance import checkpointing
+from {{ cookiecutter.project_slug }}.launch import hosts
+from {{ cookiecutter.project_slug }}.loop import training
 hosts.this_host = lambda: hosts.Host(int(index), int(count), rendezvous)
 hosts.host_name = lambda: name
 if os.environ.get("TEST_HOST_SEES_NO_CHECKPOINT") == index:
@@ -222,10 +224,10 @@ def test_the_export_read_from_shards_is_bit_identical_to_a_gather_on_4_devices(t
 
 
 def test_the_cache_and_compile_log_are_named_by_host_and_process(tmp_path):
-    from {{ cookiecutter.project_slug }} import hosts
+    from {{ cookiecutter.project_slug }}.launch import hosts
 
     assert hosts.process_label() == f"{hosts.host_name()}-process-0"
     env = {**os.environ, "PJRT_LOCAL_PROCESS_RANK": "3"}
-    label = subprocess.run([sys.executable, "-c", "from {{ cookiecutter.project_slug }} import hosts; print(hosts.process_label())"],
+    label = subprocess.run([sys.executable, "-c", "from {{ cookiecutter.project_slug }}.launch import hosts; print(hosts.process_label())"],
                            cwd=PROJECT, env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert label == f"{hosts.host_name()}-process-3"

@@ -11,10 +11,10 @@ import pytest
 from conftest import PROJECT, evaluate_on_cpu, quick, train
 
 from {{ cookiecutter.project_slug }}.config import TrainConfig
-from {{ cookiecutter.project_slug }}.data import DataProblem, load_text_data
+from {{ cookiecutter.project_slug }}.data.sources import DataProblem, load_text_data
+from {{ cookiecutter.project_slug }}.data.tokenizer import load_tokenizer
 from {{ cookiecutter.project_slug }}.tasks.causal_lm import IGNORED, build_model, load_examples, pack_examples
 from {{ cookiecutter.project_slug }}.tasks.instructions import prompt_completion_examples
-from {{ cookiecutter.project_slug }}.tokenizer import load_tokenizer
 
 LENGTH = 64
 TRAIN_FILE = PROJECT / "data" / "demo-lm" / "instructions-train.jsonl"

@@ -13,8 +13,8 @@ import pytest
 import torch
 from conftest import TASK, quick, spmd_env, train
 
-from {{ cookiecutter.project_slug }}.checkpointing import LATEST
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
+from {{ cookiecutter.project_slug }}.fault_tolerance.checkpointing import LATEST
 from {{ cookiecutter.project_slug }}.tasks import task
 
 LORA = ["--lora_r", "4", "--mixed_precision", "no"]
@@ -195,7 +195,7 @@ def test_bad_lora_settings_are_config_errors_naming_the_field(flags, field):
 
 
 def test_a_target_the_model_lacks_is_a_config_error_listing_its_layers():
-    from {{ cookiecutter.project_slug }} import lora
+    from {{ cookiecutter.project_slug }}.models import lora
 
     _, _, model = demo_parts()
     with pytest.raises(ConfigError, match=r"^lora_target_modules='no_such_layer': no such layer .* include .*"):

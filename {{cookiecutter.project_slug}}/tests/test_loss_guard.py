@@ -9,8 +9,8 @@ import json
 import pytest
 from conftest import child_env, python_code, run
 
-from {{ cookiecutter.project_slug }}.checkpointing import latest_checkpoint, read_progress
-from {{ cookiecutter.project_slug }}.loss_guard import EXIT_CODE, likely_fix
+from {{ cookiecutter.project_slug }}.fault_tolerance.checkpointing import latest_checkpoint, read_progress
+from {{ cookiecutter.project_slug }}.fault_tolerance.loss_guard import EXIT_CODE, likely_fix
 
 pytestmark = [pytest.mark.xla, pytest.mark.machinery]
 

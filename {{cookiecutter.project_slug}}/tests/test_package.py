@@ -67,7 +67,7 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_graph_sees_imports_inside_functions():
     graph = import_graph()
     # cli.py imports training inside main(); tasks/__init__.py imports the task's module as `from . import ...`.
-    assert "{{ cookiecutter.project_slug }}.training" in graph["{{ cookiecutter.project_slug }}.cli"]
+    assert "{{ cookiecutter.project_slug }}.loop.training" in graph["{{ cookiecutter.project_slug }}.cli"]
     assert graph["{{ cookiecutter.project_slug }}.tasks"] == {"{{ cookiecutter.project_slug }}.tasks.{{ cookiecutter.task | replace('-', '_') }}"}
 
 

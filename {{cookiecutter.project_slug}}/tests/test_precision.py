@@ -14,8 +14,9 @@ import pytest
 import torch
 from conftest import QUICK, TASK, close_metrics, python_code, python_command, run
 
-from {{ cookiecutter.project_slug }} import bf16_updates, precision
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
+from {{ cookiecutter.project_slug }}.precision import bf16_updates
+from {{ cookiecutter.project_slug }}.precision import levels as precision
 
 LEVEL_FLAGS = {
     "fp32": ["--mixed_precision", "no"],
@@ -30,7 +31,7 @@ FINE_TUNING_RATE = "2e-5"  # a pretrained model's learning rate: where bf16 weig
 
 LOWERING = """
 import json, sys, torch_xla
-from {{ cookiecutter.project_slug }} import precision
+from {{ cookiecutter.project_slug }}.precision import levels as precision
 precision.set_xla_variables(sys.argv[1])
 print(json.dumps(precision.lowered_types(torch_xla.device())))
 """
@@ -194,7 +195,7 @@ import torch, torch_xla
 torch.ones(2, device=torch_xla.device()) + 1
 torch_xla.sync()
 from {{ cookiecutter.project_slug }}.cli import parse
-from {{ cookiecutter.project_slug }}.training import training_function
+from {{ cookiecutter.project_slug }}.loop.training import training_function
 training_function(config=parse({[*QUICK, "--pure_bf16", "xla", "--output_dir", str(tmp_path)]!r}))
 """
     result = run(python_code(code))

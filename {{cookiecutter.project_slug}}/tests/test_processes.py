@@ -10,7 +10,7 @@ import os
 import psutil
 import pytest
 
-from {{ cookiecutter.project_slug }} import processes
+from {{ cookiecutter.project_slug }}.launch import processes
 
 
 class Launcher:

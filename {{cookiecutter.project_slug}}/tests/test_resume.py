@@ -25,8 +25,8 @@ import pytest
 import torch
 from conftest import METRIC, child_env, python_code, python_command, run, start
 
-from {{ cookiecutter.project_slug }}.checkpointing import LATEST, CheckpointProblem, check_writable, read_progress
-from {{ cookiecutter.project_slug }}.preemption import PREEMPTED_EXIT
+from {{ cookiecutter.project_slug }}.fault_tolerance.checkpointing import LATEST, CheckpointProblem, check_writable, read_progress
+from {{ cookiecutter.project_slug }}.fault_tolerance.preemption import PREEMPTED_EXIT
 
 # Checkpoints of the data layout (the fsdp layout's sharded ones resume in test_fsdp.py and test_hosts.py).
 pytestmark = pytest.mark.layout("data")
@@ -351,7 +351,7 @@ def test_stop_signals_are_noted_not_raised_and_a_second_one_acts_as_usual():
     """SIGTERM and SIGINT (Ctrl-C) inside the loop only set a flag; the loop stops at the next step boundary."""
     import os
 
-    from {{ cookiecutter.project_slug }}.preemption import StopSignals
+    from {{ cookiecutter.project_slug }}.fault_tolerance.preemption import StopSignals
 
     # A known handler before (the one inherited depends on how the tests were started: a background job ignores SIGINT).
     reached_the_usual_handler = []
@@ -371,7 +371,7 @@ def test_stop_signals_are_noted_not_raised_and_a_second_one_acts_as_usual():
 
 @pytest.mark.machinery
 def test_save_policy_by_steps_and_by_minutes(monkeypatch):
-    from {{ cookiecutter.project_slug }} import checkpoint_schedule
+    from {{ cookiecutter.project_slug }}.fault_tolerance import checkpoint_schedule
 
     clock = [1000.0]
     monkeypatch.setattr(checkpoint_schedule.time, "monotonic", lambda: clock[0])

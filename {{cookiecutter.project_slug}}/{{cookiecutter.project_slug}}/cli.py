@@ -43,16 +43,16 @@ def main(argv=None) -> int:
     and xmp.spawn) and drops its return value, so a returned 2 would reach the shell as 0.
     """
     config = parse(argv)
-    from .checkpointing import CheckpointProblem
-    from .data import DataProblem
-    from .environment import EnvironmentProblem
-    from .graph_watch import RecompilationLimit
-    from .hub import ModelUnavailable
-    from .loss_guard import NonFiniteLoss
-    from .precision import PrecisionUnavailable
-    from .preemption import Preempted
-    from .processes import is_main_process
-    from .training import training_function
+    from .data.formats import DataProblem
+    from .data.hub import ModelUnavailable
+    from .fault_tolerance.checkpointing import CheckpointProblem
+    from .fault_tolerance.loss_guard import NonFiniteLoss
+    from .fault_tolerance.preemption import Preempted
+    from .launch.environment import EnvironmentProblem
+    from .launch.processes import is_main_process
+    from .loop.training import training_function
+    from .precision.levels import PrecisionUnavailable
+    from .watch.graph_watch import RecompilationLimit
 
     try:
         training_function(config=config)

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import torch
 
-from ..devices import uses_xla
-from ..lora import trainable_state
-from ..modeling import enable_gradient_checkpointing
+from ..models.lora import trainable_state
+from ..models.modeling import enable_gradient_checkpointing
+from ..xla import runtime
+from ..xla.device import uses_xla
 
 
 class DataParallel:
@@ -81,11 +82,9 @@ class DataParallel:
         if not uses_xla(accelerator.device):
             accelerator.save_state(str(folder), safe_serialization=False)
             return
-        import torch_xla.core.xla_model as xm
-
-        seed = xm.get_rng_state()
+        seed = runtime.rng_state()
         accelerator.save_state(str(folder), safe_serialization=False)
-        xm.set_rng_state(seed)
+        runtime.set_rng_state(seed)
         states_file = folder / f"random_states_{accelerator.process_index}.pkl"
         states = torch.load(states_file, weights_only=False)
         states["xm_seed"] = seed
@@ -129,7 +128,7 @@ class DataParallel:
 
 
 def _trained_weights_only(models, weights, output_dir) -> None:
-    """Accelerate's save-state hook under LoRA: each model's saved weights cut down to its trainable ones (lora.py).
+    """Accelerate's save-state hook under LoRA: each model's saved weights cut down to its trainable ones (models/lora.py).
 
     `weights[i]` is models[i]'s state dict under the prepared (possibly DDP-wrapped) model's names.
     """

@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import hosts
 from ..config import ConfigError
-from ..processes import barrier, is_main
+from ..launch import hosts
+from ..launch.processes import barrier, is_main
+from ..xla import runtime, sharding
 from .fsdp_checkpoint import load_sharded, read_weights_sharded, save_sharded, save_weights_sharded
 from .fsdp_wrapping import AXIS, wrap_model
 
@@ -36,17 +37,9 @@ class FsdpV2:
 
     def start(self) -> None:
         """Switch the runtime to SPMD and lay every chip of the job on the `fsdp` axis."""
-        from ..environment import xla_installed
-
-        if not xla_installed():
+        if not runtime.installed():
             raise ConfigError("parallelism='fsdp' needs PyTorch/XLA (SPMD): install torch_xla, or use parallelism='data'")
-        import torch_xla.distributed.spmd as xs
-        import torch_xla.runtime as xr
-
-        xr.use_spmd()
-        devices = xr.global_runtime_device_count()
-        self.mesh = xs.Mesh(np.arange(devices), (devices,), (AXIS,))
-        xs.set_global_mesh(self.mesh)
+        self.mesh = sharding.start_spmd(AXIS)
         self.host = hosts.this_host()
         if self.host.count > 1:
             # Several hosts: decisions, barriers and torch.distributed.checkpoint's plans go over a host-side
@@ -58,9 +51,7 @@ class FsdpV2:
 
     def devices_per_process(self) -> int:
         """A host's loader batch feeds all of its own chips."""
-        import torch_xla.runtime as xr
-
-        return xr.addressable_runtime_device_count()
+        return sharding.addressable_devices()
 
     def replicas(self, accelerator) -> int:
         """Per-chip batches in one step: each host's loader batch feeds its own chips (the mesh's size on a pod,
@@ -120,14 +111,9 @@ class FsdpV2:
         return self._on_devices(eval_loader)
 
     def _on_devices(self, loader):
-        import torch_xla
-        import torch_xla.distributed.parallel_loader as pl
-        import torch_xla.distributed.spmd as xs
-
         # Every field of a batch split along its first (batch) dimension; each host sends only its chips' shards.
         sample = loader.collate_fn([loader.dataset[0]])
-        sharding = {key: xs.ShardingSpec(self.mesh, (AXIS,) + (None,) * (tensor.dim() - 1)) for key, tensor in sample.items()}
-        return pl.MpDeviceLoader(_AsDicts(loader), torch_xla.device(), input_sharding=sharding)
+        return sharding.sharded_loader(_AsDicts(loader), self.mesh, AXIS, sample)
 
     # -- checkpoints ---------------------------------------------------------------------------------
 
@@ -186,13 +172,10 @@ class FsdpV2:
 
 def _bytes_per_device(tensors, bytes_of) -> tuple[list[int], int]:
     """(bytes held by each local device, bytes of the whole tensors) from the shards' index ranges."""
-    import torch_xla
-
     held, whole = {}, 0
     for tensor in tensors:
         whole += bytes_of(tensor, tensor.numel())
-        shards = torch_xla._XLAC._get_local_shard_replica_and_indices([tensor])[0]
-        for device, (_, indices) in enumerate(shards):
+        for device, indices in enumerate(sharding.local_shard_indices(tensor)):
             if indices is Ellipsis:  # replicated: this device holds all of it
                 elements = tensor.numel()
             else:

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..lora import trainable_state
+from ..models.lora import trainable_state
+from ..xla import checkpoint, runtime
 
 SHARDED = "sharded"  # the torch.distributed.checkpoint folder inside a checkpoint
 HOST_STATE = "host_state.pt"  # scheduler and random states, the same on every host
@@ -23,18 +24,16 @@ def _state(model, optimizer) -> dict:
     # keep_vars: the parameters themselves, so that loading writes into them and keeps their sharding.
     weights = model.state_dict(keep_vars=True)
     if any(not parameter.requires_grad for parameter in model.parameters()):
-        # LoRA (lora.py): a frozen base is not saved, only what trains; the base comes back from where it was built.
+        # LoRA (models/lora.py): a frozen base is not saved, only what trains; the base comes back from where it was built.
         weights = trainable_state(model, weights)
     return {"model": weights, "optimizer": optimizer.state_dict()}
 
 
 def save_sharded(model, optimizer, scheduler, folder: Path, main_process: bool) -> None:
     """Each device's shards (torch.distributed.checkpoint), plus the scheduler and random states."""
-    import torch_xla.core.xla_model as xm
-
-    seed = xm.get_rng_state()  # the save syncs the graph, which advances the seed: keep the run's stream
+    seed = runtime.rng_state()  # the save syncs the graph, which advances the seed: keep the run's stream
     _write_shards(_state(model, optimizer), folder / SHARDED)
-    xm.set_rng_state(seed)
+    runtime.set_rng_state(seed)
     if main_process:
         torch.save({
             "scheduler": scheduler.state_dict(), "xm_seed": seed, "torch": torch.get_rng_state(),
@@ -46,19 +45,16 @@ def load_sharded(model, optimizer, scheduler, folder: Path) -> None:
     """Read a checkpoint written by `save_sharded` into the live (sharded) tensors and restore the random states."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
-    import torch_xla.core.xla_model as xm
-    from torch_xla.experimental.distributed_checkpoint import SPMDLoadPlanner, prime_optimizer
-
     if not optimizer.state:
         # The checkpoint is loaded into existing tensors: create the optimizer's state first.
-        prime_optimizer(optimizer)
+        checkpoint.prime_optimizer(optimizer)
     state = _state(model, optimizer)
     dcp.load(state, storage_reader=dcp.FileSystemReader(str(folder / SHARDED)),
-             planner=SPMDLoadPlanner(), no_dist=not dist.is_initialized())
+             planner=checkpoint.load_planner(), no_dist=not dist.is_initialized())
     optimizer.load_state_dict(state["optimizer"])
     host = torch.load(folder / HOST_STATE, weights_only=False)
     scheduler.load_state_dict(host["scheduler"])
-    xm.set_rng_state(host["xm_seed"])
+    runtime.set_rng_state(host["xm_seed"])
     torch.set_rng_state(host["torch"])
     np.random.set_state(host["numpy"])
     random.setstate(host["python"])
@@ -73,9 +69,7 @@ def _write_shards(state: dict, folder: Path) -> None:
     """Each addressable device's shards of `state`, written by this host; the hosts' plans agree over their group."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
-    from torch_xla.experimental.distributed_checkpoint import SPMDSavePlanner
-
-    dcp.save(state, storage_writer=dcp.FileSystemWriter(str(folder)), planner=SPMDSavePlanner(),
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(str(folder)), planner=checkpoint.save_planner(),
              no_dist=not dist.is_initialized())
 
 

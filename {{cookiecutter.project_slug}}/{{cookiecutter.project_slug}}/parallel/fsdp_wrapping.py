@@ -5,41 +5,32 @@ gathered whole; each wrapped forward's output is split along the mesh axis `fsdp
 stay sharded by batch between layers. The layout (fsdp.py) calls `wrap_model` once it has its mesh.
 """
 
-import functools
-
 import torch
 
 from ..config import ConfigError
-from ..modeling import enable_gradient_checkpointing
+from ..models.modeling import enable_gradient_checkpointing
+from ..xla import sharding
 
 AXIS = "fsdp"  # the one mesh axis every chip lies on
 
 
 def wrap_model(model, mesh, layer_name: str | None, gradient_checkpointing: bool):
     """FSDPv2 around each repeated layer, then around the whole model (which moves it to the devices)."""
-    from torch_xla.distributed.fsdp.wrap import transformer_auto_wrap_policy
-    from torch_xla.experimental.spmd_fully_sharded_data_parallel import SpmdFullyShardedDataParallel
-
     layer = layer_class(model, layer_name)
     if gradient_checkpointing:
         enable_gradient_checkpointing(model)
-    return SpmdFullyShardedDataParallel(
-        model, mesh=mesh, shard_output=shard_output,
-        auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={layer}),
-    )
+    return sharding.fsdp_v2(model, mesh, layer, shard_output)
 
 
 def shard_output(output, mesh) -> None:
     """Split a forward's output along the batch axis (the logits of a model output; a layer's first tensor)."""
-    import torch_xla.distributed.spmd as xs
-
     if isinstance(output, torch.Tensor):
         tensor = output
     elif getattr(output, "logits", None) is not None:
         tensor = output.logits
     else:
         tensor = output[0]
-    xs.mark_sharding(tensor, mesh, (AXIS,) + (None,) * (tensor.dim() - 1))
+    sharding.shard_first_dim(tensor, mesh, AXIS)
 
 
 def layer_class(model, name: str | None = None) -> type:

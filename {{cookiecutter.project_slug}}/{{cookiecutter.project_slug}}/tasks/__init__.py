@@ -1,6 +1,6 @@
 """The task: how examples become fixed-shape batches, which model is built, and what evaluation measures.
 
-The training loop (training.py), precision, checkpoints, report, launchers and recompilation watch are the same
+The training loop (loop/training.py), precision, checkpoints, report, launchers and recompilation watch are the same
 for every task; a task module gives them:
 
   load_examples(config, demo)     -> (data source, tokenizer, train examples, eval examples)

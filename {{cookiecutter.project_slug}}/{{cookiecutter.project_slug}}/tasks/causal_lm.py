@@ -20,12 +20,11 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import AutoModelForCausalLM, DataCollatorForSeq2Seq, LlamaConfig, LlamaForCausalLM
 
-from ..config import PADDING_MODES, TrainConfig
-from ..data import load_text_data
-from ..fixed_point import from_fixed, to_fixed
-from ..hub import from_hub_or_folder
-from ..modeling import ATTENTION
-from ..tokenizer import load_tokenizer
+from ..config import ATTENTION, PADDING_MODES, TrainConfig
+from ..data.hub import from_hub_or_folder
+from ..data.sources import load_text_data
+from ..data.tokenizer import load_tokenizer
+from ..precision.fixed_point import from_fixed, to_fixed
 from . import instructions
 from .instructions import IGNORED
 

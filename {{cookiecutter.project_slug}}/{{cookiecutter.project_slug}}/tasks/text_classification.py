@@ -11,12 +11,12 @@ from transformers import (
     DataCollatorWithPadding,
 )
 
-from ..config import PADDING_MODES, TrainConfig
-from ..data import TaskChecks, load_text_data, no_column
-from ..fixed_point import from_fixed, to_fixed
-from ..hub import from_hub_or_folder
-from ..modeling import ATTENTION
-from ..tokenizer import load_tokenizer
+from ..config import ATTENTION, PADDING_MODES, TrainConfig
+from ..data.formats import TaskChecks, no_column
+from ..data.hub import from_hub_or_folder
+from ..data.sources import load_text_data
+from ..data.tokenizer import load_tokenizer
+from ..precision.fixed_point import from_fixed, to_fixed
 
 NAME = "text-classification"
 DEMO_SHAPE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}

@@ -1,0 +1,56 @@
+"""The defaults a run starts from: the answers given when the template was baked, and the choices each option allows."""
+
+from dataclasses import field
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # <project>/<package>/config/defaults.py
+{%- if cookiecutter.task == "causal-lm" %}
+DEMO_DATA_DIR = PROJECT_ROOT / "data" / "demo-lm"  # written by the template's tools/make_lm_demo_text.py
+{%- else %}
+DEMO_DATA_DIR = PROJECT_ROOT / "data" / "demo"
+{%- endif %}
+DEFAULT_MODEL = {{ cookiecutter.model_name_or_path | tojson }}
+{%- if cookiecutter.task == "causal-lm" %}
+DEFAULT_DATASET = "wikitext/wikitext-2-raw-v1"
+# The ways a batch is laid out (tasks/causal_lm.py): packed blocks, one shape (fixed); a text per row, all padded
+# to the longest (longest); a text per row padded per batch (dynamic: recompiles, kept to measure it).
+PADDING_MODES = ("fixed", "longest", "dynamic")
+{%- else %}
+DEFAULT_DATASET = "glue/mrpc"
+PADDING_MODES = ("fixed", "buckets", "dynamic")
+{%- endif %}
+# Where bf16 weights live (precision/levels.py): float32 (no), or bf16 through XLA_USE_BF16, XLA_DOWNCAST_BF16 or a cast.
+PURE_BF16_CHOICES = ("no", "xla", "downcast", "cast")
+# A from-scratch model learns the demo at a much higher rate than a pretrained one is fine-tuned at.
+DEMO_LEARNING_RATE = 1e-3
+TRAIN_BATCH_SIZE = {{ cookiecutter.train_batch_size }}  # per chip, the bake's answer
+# The demo's global batch, split over the chips: its schedule (steps, learning rate) is the same on one chip and on
+# eight, so it learns the same. At 16 per chip a v5e-8's global batch of 128 would give the demo 3 steps an epoch.
+DEMO_GLOBAL_BATCH = 16
+LORA_DROPOUT = 0.05  # the default dropout on LoRA adapters' input (--lora_dropout)
+# LoRA adapters (B starting at zero, a few parameters per layer) are trained at about ten times full fine-tuning's
+# rate (peft's and TRL's LoRA examples use 1e-4 to 2e-4 where full fine-tuning uses 1e-5 to 2e-5): at the full
+# fine-tuning rate they barely move in a short run.
+LORA_LEARNING_RATE_FACTOR = 10
+
+
+def switch(default: bool | None, help: str):
+    """A boolean option: `--name` alone means true, `--name true|false` works too (as on Accelerate's launcher).
+
+    HfArgumentParser does that by itself for `bool` fields, not for `bool | None` ones (None: decided at
+    run time), which would otherwise demand a value.
+    """
+    metadata = {"help": f"{help} true or false; the flag alone means true."}
+    if default is None:
+        metadata.update(nargs="?", const=True)
+    return field(default=default, metadata=metadata)
+
+# Every model is built with eager attention; models/modeling.py makes its mask graph-friendly on XLA.
+ATTENTION = "eager"
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot work; the message names the field."""
+
+
+PARALLELISMS = ("data", "fsdp")  # parallel/: one module each

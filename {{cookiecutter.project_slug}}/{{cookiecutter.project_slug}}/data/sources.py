@@ -1,0 +1,218 @@
+"""Where examples come from: the shipped offline demo, local files, or a hub data set.
+
+Local files are checked row by row before any training starts, so that a bad file
+fails with its name, its line and the problem instead of deep inside a data loader. The text columns are
+checked here; what else a task reads (a classifier's labels) its module checks, through `TaskChecks`.
+
+A causal LM also trains on instruction data, its format recognised from a file's columns (formats.py).
+"""
+
+import csv
+import json
+from pathlib import Path
+
+import datasets
+
+from ..config import DEFAULT_DATASET, DEFAULT_MODEL, DEMO_DATA_DIR, TrainConfig
+from .formats import (
+    FORMATS_ALLOWED,
+    MESSAGES,
+    PROMPT_COMPLETION,
+    TEXT,
+    DataProblem,
+    TaskChecks,
+    TextData,
+    example_format,
+    format_columns,
+    main_column,
+    messages_problem,
+    no_column,
+)
+from .hub import hub_reachable, load_hub_dataset
+
+DEMO_FILES = {"train": DEMO_DATA_DIR / "train.csv", "eval": DEMO_DATA_DIR / "eval.csv"}
+
+
+def file_format(path, text_column: str | None) -> str:
+    """The format of a local file, from its first row's columns; refused, naming what is allowed, if none."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataProblem(f"{path}: file not found")
+    try:
+        first = next(rows(path), None)
+    except UnicodeDecodeError:
+        raise DataProblem(f"{path}: not UTF-8 text") from None
+    if first is None:
+        raise DataProblem(f"{path}: no examples (empty file or header only)")
+    line, row = first
+    found = example_format(row, text_column)
+    if found is None:
+        raise DataProblem(f"{path} line {line}: {no_column('text', row)}; a causal LM trains on {FORMATS_ALLOWED}")
+    return found
+
+
+def wants_demo(config: TrainConfig) -> bool:
+    """The demo runs when asked for, or when nothing was chosen and the hub is out of reach."""
+    if config.demo is not None:
+        return config.demo
+    chose_something = (
+        config.train_file is not None
+        or config.dataset != DEFAULT_DATASET
+        or config.model_name_or_path != DEFAULT_MODEL
+        or Path(config.model_name_or_path).is_dir()
+    )
+    if chose_something or hub_reachable(config.model_name_or_path):
+        return False
+    print(f"The hub cannot be reached: training the offline demo instead of {config.model_name_or_path} on "
+          f"{config.dataset} (pass --demo false to insist).")
+    return True
+
+
+def _format(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return "csv"
+    if suffix in (".json", ".jsonl"):
+        return "json"
+    raise DataProblem(f"{path}: unsupported file type {suffix!r}; use .csv, .json or .jsonl (JSON lines)")
+
+
+def rows(path: Path):
+    """Yield (line number, row dict) from a CSV or JSON lines file."""
+    if _format(path) == "csv":
+        with path.open(newline="", encoding="utf-8") as handle:
+            # strict: a stray or unclosed quote is an error, not text that swallows the lines after it.
+            reader = csv.DictReader(handle, strict=True)
+            try:
+                for row in reader:
+                    # DictReader files extra fields under None and fills missing ones with None.
+                    if None in row or None in row.values():
+                        named = sum(value is not None for key, value in row.items() if key is not None)
+                        fields = named + len(row.get(None) or [])
+                        raise DataProblem(
+                            f"{path} line {reader.line_num}: {fields} field(s) where the header has "
+                            f"{len(reader.fieldnames)} (a missing field, or a comma in unquoted text?)"
+                        )
+                    yield reader.line_num, row
+            except csv.Error as error:
+                # line_num counts the lines of complete records: the bad record starts on the next one.
+                raise DataProblem(f"{path} line {reader.line_num + 1}: not valid CSV ({error})") from None
+        return
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DataProblem(f"{path} line {number}: not valid JSON ({error.msg})") from None
+            if not isinstance(row, dict):
+                raise DataProblem(f"{path} line {number}: expected a JSON object per line")
+            yield number, row
+
+
+def check_file(path, columns: list[str], checks: TaskChecks | None = None) -> int:
+    """Refuse a file that cannot be trained on; return its number of examples."""
+    return len(read_checked(path, columns, checks))
+
+
+def read_checked(path, columns: list[str], checks: TaskChecks | None = None) -> datasets.Dataset:
+    """The file as `datasets` loads it, refused with its name, line and problem if it cannot be trained on.
+
+    Two passes: the rows as written (structure, the task's checks, line numbers), then the loaded columns, because
+    `datasets`' CSV reader turns `NA`, `null`, `None` or an empty cell into a missing value, which would
+    pass a check of the text as written and then fail inside the tokenizer.
+    """
+    path = Path(path)
+    lines = _checked_lines(path, columns, checks)
+    loaded = datasets.load_dataset(_format(path), data_files=str(path), split="train")
+    for column in columns:
+        for index, value in enumerate(loaded[column]):
+            if isinstance(value, str) and value.strip():
+                continue
+            if value is None:
+                found = "a missing value (the loader reads NA, null, None, NaN and empty cells as missing)"
+            else:
+                found = "only white space" if isinstance(value, str) else f"{value!r}, not text"
+            raise DataProblem(f"{path} line {lines[index]}: column {column!r} has no text to train on: {found}")
+    return loaded
+
+
+def _checked_lines(path: Path, columns: list[str], checks: TaskChecks | None) -> list[int]:
+    """The line where each example starts, after checking its columns and the task's checks as written."""
+    if not path.is_file():
+        raise DataProblem(f"{path}: file not found")
+    lines = []
+    try:
+        for line, row in rows(path):
+            missing = [name for name in columns if name not in row]
+            problem = no_column(missing[0], row) if missing else (checks.row(row) if checks else None)
+            if problem:
+                raise DataProblem(f"{path} line {line}: {problem}")
+            lines.append(line)
+    except UnicodeDecodeError:
+        raise DataProblem(f"{path}: not UTF-8 text") from None
+    if not lines:
+        raise DataProblem(f"{path}: no examples (empty file or header only)")
+    return lines
+
+
+def _load_files(
+    files: dict, text_column: str | None, pair_column: str | None, checks: TaskChecks | None, source: str,
+    formats: bool = False,
+):
+    data_format = TEXT
+    if formats:  # a causal LM: the format its files hold, one for both
+        found = {split: file_format(path, text_column) for split, path in files.items()}
+        if found["train"] != found["eval"]:
+            raise DataProblem(f"{files['eval']}: {found['eval']} examples, but {files['train']} holds {found['train']} "
+                              f"examples; give both files one format ({FORMATS_ALLOWED})")
+        data_format = found["train"]
+        if data_format == MESSAGES:
+            task_row = checks.row if checks else (lambda row: None)
+            checks = TaskChecks(row=lambda row: messages_problem(row) or task_row(row),
+                                split=checks.split if checks else (lambda split: None))
+    columns = format_columns(data_format, text_column) + ([pair_column] if pair_column else [])
+    # One load per file, so that a CSV train file can go with a JSON lines eval file.
+    loaded = {split: read_checked(path, columns, checks) for split, path in files.items()}
+    return TextData(loaded["train"], loaded["eval"], main_column(data_format, text_column), pair_column, source,
+                    data_format)
+
+
+def uses_files(config: TrainConfig) -> bool:
+    return bool(config.train_file or config.eval_file or config.dataset == "files")
+
+
+def load_text_data(
+    config: TrainConfig, demo: bool, pair_column: str | None = None, checks: TaskChecks | None = None,
+    formats: bool = False,
+) -> TextData:
+    """The train and eval examples, refused unless `checks` (the task's) pass: the user's files, the demo's, or
+    the hub's. `pair_column`: a second text column, checked like the first (a hub data set's sentence2 if unset).
+    `formats`: recognise instruction data (prompt/completion, messages) from the columns, as a causal LM does."""
+    # The user's own files win over the shipped demo data: --demo with --train_file trains the demo model on them.
+    if uses_files(config):
+        if not (config.train_file and config.eval_file):
+            raise DataProblem("train_file and eval_file: give both local files (CSV or JSON lines)")
+        files = {"train": config.train_file, "eval": config.eval_file}
+        return _load_files(files, config.text_column, pair_column, checks, "files", formats)
+    if demo:
+        return _load_files(DEMO_FILES, config.text_column, pair_column, checks, "demo", formats)
+    loaded = load_hub_dataset(config.dataset)
+    if "train" not in loaded:
+        raise DataProblem(f"dataset={config.dataset!r}: no train split (splits: {', '.join(loaded)})")
+    eval_split = "validation" if "validation" in loaded else "test"
+    if eval_split not in loaded:
+        raise DataProblem(f"dataset={config.dataset!r}: no validation or test split to evaluate on (splits: {', '.join(loaded)})")
+    for split in ("train", eval_split) if checks else ():
+        problem = checks.split(loaded[split])
+        if problem:
+            raise DataProblem(f"dataset={config.dataset!r} split {split!r}: {problem}")
+    names = loaded["train"].column_names
+    data_format = example_format(names, config.text_column) if formats else TEXT
+    if data_format in (PROMPT_COMPLETION, MESSAGES):  # a hub data set of instructions: its rows are not checked here
+        return TextData(loaded["train"], loaded[eval_split], main_column(data_format, None), None, config.dataset,
+                        data_format)
+    text_column = config.text_column or ("sentence1" if "sentence1" in names else "text")
+    pair = pair_column or ("sentence2" if "sentence2" in names else None)
+    return TextData(loaded["train"], loaded[eval_split], text_column, pair, config.dataset)

@@ -1,0 +1,7 @@
+"""How a run starts and its processes agree: the installed stack, hosts, processes, and the notebook's launch guard.
+
+  environment.py   whether the installed stack can run as asked (torch and torch_xla paired, libtpu, a TPU)
+  hosts.py         which host this is and how many (fsdp on a pod: one process per host)
+  processes.py     what the processes of a run agree on: decisions, barriers, sums, one voice for messages
+  launch_guard.py  the check the notebook runs before launching (a device touched too early)
+"""

@@ -1,0 +1,195 @@
+"""What the processes of a run agree on: one decision made by the main process, barriers, sums, gathers.
+
+Each helper is a no-op for a lone process, where the collective would only compile a rendezvous graph.
+
+Two kinds of "processes": decisions, barriers and host objects are the job's, which under SPMD on several
+hosts (fsdp on a pod) are the hosts (hosts.py: Accelerate sees one process per host there, each its main
+one); sums and gathers of device tensors are Accelerate's, because under SPMD the graph already spans
+every host's chips.
+"""
+
+import os
+import sys
+import time
+from contextlib import contextmanager
+
+from ..xla import runtime
+from . import hosts
+
+
+def wait_for_forked_siblings(timeout: float = 60.0) -> None:
+    """In one of several local workers on the CPU or GPUs (not XLA), wait until the launcher has started all of them,
+    before this one connects to the rendezvous (at most `timeout` seconds, then go on).
+
+    Why: Accelerate's notebook_launcher forks the workers (start_method "fork") from the notebook's own process, where
+    torch elastic's store serves the rendezvous from a thread, and c10d's formatSockAddr calls getnameinfo (glibc's
+    resolver lock) for every connection that thread accepts (pytorch/pytorch#159007). A worker forked while the thread
+    holds the lock inherits it held and hangs in its own connection's getnameinfo, and the other workers wait for it in
+    gloo's connectFullMesh (the same glibc mechanism: resque/resque#1630). Once every worker is forked, no fork can
+    copy the lock. The template's tools/gloo_startup_stress.py reproduced it: 8 hangs in 870 4-process start-ups on 2
+    cores without this wait, none in 832 with it. Workers that a launcher spawns (torchrun) wait a moment for nothing.
+    """
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if local < 2 or os.environ.get("PJRT_DEVICE"):
+        return
+    import psutil
+
+    launcher, deadline = psutil.Process(os.getppid()), time.monotonic() + timeout
+    while len(launcher.children()) < local and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def is_main(accelerator) -> bool:
+    """The one process of the job that writes its shared files: host 0's under SPMD on several hosts."""
+    host = hosts.joined()
+    return host.is_first if host else accelerator.is_main_process
+
+
+def barrier(accelerator) -> None:
+    """wait_for_everyone, skipped for one process: on XLA it compiles a rendezvous graph."""
+    if hosts.joined():
+        import torch.distributed as dist
+
+        dist.barrier()
+    elif accelerator.num_processes > 1:
+        accelerator.wait_for_everyone()
+
+
+@contextmanager
+def main_process_first(accelerator):
+    if hosts.joined():
+        if not is_main(accelerator):
+            barrier(accelerator)
+        yield
+        if is_main(accelerator):
+            barrier(accelerator)
+    elif accelerator.num_processes > 1:
+        with accelerator.main_process_first():
+            yield
+    else:
+        yield
+
+
+def gather_objects(accelerator, value) -> list:
+    """Every process's `value` (a small picklable host object), in process order, on every process.
+
+    For decisions and checks made once per run, never inside the step loop.
+    """
+    if hosts.joined():
+        import torch.distributed as dist
+
+        gathered = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, value)
+        return gathered
+    if accelerator.num_processes == 1:
+        return [value]
+    if accelerator.distributed_type.value == "XLA":
+        # accelerate.utils.gather_object raises NotImplementedError on XLA (Accelerate 1.15): torch_xla's own
+        # all-gather of host objects (XLA collectives, graphs: never per step).
+        return runtime.gather_objects(value)
+    from accelerate.utils import gather_object
+
+    return gather_object([value])
+
+
+def main_process_decides(accelerator, decide):
+    """Run `decide()` on the main process only and hand its answer to every process.
+
+    Whatever depends on the outside world (is the hub reachable, which checkpoint is the newest)
+    is decided once: probed in every process, the answers can differ and the processes would
+    train different models or resume from different epochs.
+    """
+    answer = [decide() if is_main(accelerator) else None]
+    if hosts.joined():
+        import torch.distributed as dist
+
+        dist.broadcast_object_list(answer, src=0)
+    elif accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        broadcast_object_list(answer, from_process=0)
+    return answer[0]
+
+
+def is_main_process() -> bool:
+    """The main process of the run, also where no Accelerator exists (yet, or any more)."""
+    host = hosts.joined()
+    if host:
+        return host.is_first
+    if "accelerate" in sys.modules:
+        from accelerate.state import PartialState
+
+        if PartialState._shared_state:
+            return PartialState().is_main_process
+    return os.environ.get("RANK", "0") == "0"
+
+
+def say_once(accelerator):
+    """A print for the run: the main process prints, above any progress bar; the others stay quiet."""
+
+    def say(message: str) -> None:
+        # Not accelerator.print: on an XLA CPU device its local process index is -1, so it prints nothing.
+        # tqdm.write: a message in the middle of an epoch goes above the progress bar, not into it.
+        if is_main(accelerator):
+            from tqdm.auto import tqdm
+
+            tqdm.write(message)
+
+    return say
+
+
+def where_am_i(accelerator) -> str:
+    """'host NAME (process I)', as messages that name a process say it."""
+    host = hosts.joined()
+    return f"host {hosts.host_name()} (process {host.index if host else accelerator.process_index})"
+
+
+def quiet_unless_main(accelerator) -> None:
+    """Progress bars and library warnings once per run: only the main process shows them."""
+    if is_main(accelerator):
+        return
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.utils.logging.set_verbosity_error()
+
+
+def sum_over_processes(accelerator, tensor):
+    """Sum across processes; a no-op (and no extra graph) for one process."""
+    if accelerator.num_processes == 1:
+        return tensor
+    return accelerator.reduce(tensor, reduction="sum")
+
+
+def gather_over_processes(accelerator, tensor):
+    """Every process's `tensor`, concatenated in process order; a no-op (and no extra graph) for one process."""
+    if accelerator.num_processes == 1:
+        return tensor
+    return accelerator.gather(tensor)
+
+
+_HOST_GROUP = []
+
+
+def agree(accelerator, *flags: bool) -> list[bool]:
+    """Each flag true on any process is true on every process, so that all take the same decision at one step."""
+    if accelerator.num_processes == 1 and not hosts.joined():
+        return list(flags)
+    import torch
+    import torch.distributed as dist
+
+    values = torch.tensor([int(flag) for flag in flags], dtype=torch.int32)
+    dist.all_reduce(values, op=dist.ReduceOp.MAX, group=_host_group())
+    return [bool(value) for value in values.tolist()]
+
+
+def _host_group():
+    """gloo (host memory): the default group on the CPU; on XLA or GPUs its collectives would be device work."""
+    import torch.distributed as dist
+
+    if dist.get_backend() == "gloo":
+        return None
+    if not _HOST_GROUP:
+        _HOST_GROUP.append(dist.new_group(backend="gloo"))
+    return _HOST_GROUP[0]

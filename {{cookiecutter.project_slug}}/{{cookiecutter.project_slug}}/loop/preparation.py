@@ -1,0 +1,91 @@
+"""Everything a run trains with, built in order and prepared by the layout: data, model, loaders, optimizer, schedule.
+
+The task (tasks/) says how examples are loaded and batched and which model is built; the batching policy
+(data/batching.py) gives every batch one shape; the layout (parallel/) places the model and the batches.
+"""
+
+from dataclasses import dataclass
+
+from ..config import DEMO_GLOBAL_BATCH, ConfigError, TrainConfig
+from ..data import batching
+from ..launch.processes import main_process_first
+from ..models import lora
+from ..models.modeling import make_graph_friendly
+from ..precision import bf16_updates
+from ..precision import levels as precision
+from ..tasks import task
+
+
+@dataclass
+class Prepared:
+    model: object
+    optimizer: object
+    scheduler: object
+    train_loader: object
+    eval_loader: object
+    tokenizer: object
+    data: object  # the task's TextData: where the examples came from
+    train_examples: object
+    collator: object
+    steps_per_epoch: int
+    train_batch_size: int  # per chip (config.per_chip_train_batch)
+    replicas: int  # per-chip batches in one optimizer step
+    optimizer_steps: int
+
+
+def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precision_report, say) -> Prepared:
+    """Load the task's examples, build the model unless one was passed in, and hand everything to the layout."""
+    with main_process_first(accelerator):
+        data, tokenizer, train_examples, eval_examples = task.load_examples(config, demo)
+    if model is None:
+        model = task.build_model(config, demo, vocab_size=len(tokenizer))
+    model = lora.add_adapters(make_graph_friendly(model), config)  # unchanged without lora_r
+    learning_rate = config.resolved_learning_rate(demo)
+    if precision_report.effective.startswith("pure-") and not precision_report.kahan_summation:
+        precision_report.updates_at_risk = bf16_updates.updates_at_risk(model, learning_rate)
+        if precision_report.updates_at_risk["fraction_of_elements"] > 0:
+            say(bf16_updates.warning(precision_report.effective, precision_report.updates_at_risk))
+    if precision_report.effective != precision_report.requested:  # a fallback (the XLA variables did not apply)
+        say(f"precision: {precision_report.verified}")
+    model = layout.wrap(precision.apply_to_model(model, precision_report, accelerator.device))
+
+    collator = task.make_collator(tokenizer, config.padding, config.max_seq_length)
+    replicas = layout.replicas(accelerator)  # chips (fsdp) or processes (data) sharing one optimizer step
+    batch_size = config.per_chip_train_batch(demo, replicas)
+    if demo and config.train_batch_size is None and batch_size * replicas != DEMO_GLOBAL_BATCH:
+        say(f"demo: its global batch of {DEMO_GLOBAL_BATCH} does not split evenly over {replicas} chips; "
+            f"{batch_size} per chip, {batch_size * replicas} in all")
+    # A loader batch feeds one chip (data) or all of a host's chips (fsdp).
+    per_loader = layout.devices_per_process()
+    train_loader = batching.train_loader(train_examples, collator, batch_size * per_loader, config.seed)
+    eval_loader = batching.eval_loader(
+        eval_examples, collator, config.eval_batch_size * per_loader, layout.loader_shards(accelerator)
+    )
+    # Trainable parameters only: with LoRA the frozen base gets no optimizer state (models/lora.py).
+    optimizer = bf16_updates.make_optimizer(
+        lora.trainable_parameters(model), learning_rate, config.weight_decay, precision_report.kahan_summation
+    )
+    steps_per_epoch = len(train_examples) // (batch_size * replicas)
+    if steps_per_epoch == 0:
+        raise ConfigError(
+            f"train_batch_size={batch_size}: larger than the {len(train_examples)} training examples "
+            f"shared by {replicas} {'chips' if layout.name == 'fsdp' else 'process(es)'}; lower it"
+        )
+    optimizer_steps = steps_per_epoch * config.num_epochs
+    from transformers import get_linear_schedule_with_warmup
+
+    # Sized in the scheduler's own calls: Accelerate's prepared scheduler (data) steps the one it wraps
+    # num_processes times per optimizer step, so a schedule sized in optimizer steps would reach 0 early.
+    # No warm-up from zero: a learning rate of exactly 0 or 1 is a different XLA graph.
+    scheduler = get_linear_schedule_with_warmup(
+        optimizer, 0, optimizer_steps * layout.scheduler_calls_per_step(accelerator)
+    )
+    model, optimizer, train_loader, eval_loader, scheduler = layout.prepare(
+        accelerator, model, optimizer, train_loader, eval_loader, scheduler
+    )
+    if len(train_loader) != steps_per_epoch:
+        raise RuntimeError(f"Accelerate's loader gives {len(train_loader)} steps per epoch, the schedule expects {steps_per_epoch}")
+    return Prepared(
+        model, optimizer, scheduler, train_loader, eval_loader, tokenizer, data, train_examples, collator,
+        steps_per_epoch, batch_size, replicas, optimizer_steps,
+    )

@@ -1,0 +1,85 @@
+"""The end-of-run report: what the run did and measured, a short table on screen and the same fields as JSON."""
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from ..models import lora
+from ..models.modeling import model_facts
+from ..precision import levels as precision
+from ..tasks import task
+from ..xla.device import device_kind
+
+{% if cookiecutter.task == "causal-lm" -%}
+TASK_FIELDS = ("steady_tokens_per_second", "train_padding_fraction", "eval_perplexity", "eval_loss",
+               "eval_examples_counted", "eval_tokens_counted")
+{%- else -%}
+TASK_FIELDS = ("eval_accuracy", "eval_loss", "eval_examples_counted")
+{%- endif %}
+FIELDS = (
+    "device", "distributed_type", "num_processes", "epochs", "train_examples", "train_batch", "steady_examples_per_second",
+    "examples_per_second_with_compilation", "learning_rate", *TASK_FIELDS,
+    "xla_compilations", "recompilations", "compile_seconds", "compilation_cache", "precision", "model", "parameters", "data",
+    "checkpoint", "checkpoint_seconds",
+)
+
+
+def run_report(accelerator, layout, prepared, run, config, precision_report, watch=None, checkpoints=None) -> dict:
+    """The run's report from its parts (preparation.py), state (run_state.py) and callbacks (callbacks.py)."""
+    report = {
+        "device": device_kind(accelerator.device),
+        "distributed_type": str(accelerator.distributed_type.value),
+        "num_processes": accelerator.num_processes,
+        "epochs": config.num_epochs,
+        "epochs_run": config.num_epochs - run.first_epoch,
+        "process_compilations_after_each_epoch": run.compiled_by_epoch,
+        "recompilations": watch.recompilations if watch else None,
+        "graphs": watch.report() if watch else None,
+        "train_examples": len(prepared.train_examples),
+        "train_batch": {"per_chip": prepared.train_batch_size, "global": prepared.train_batch_size * prepared.replicas},
+        **run.speeds(),
+        "steady_step_seconds": watch.steady_step_seconds() if watch else None,
+        # Host-side floats: the scheduler lives on the host, reading it costs no device transfer.
+        "learning_rate": {
+            "optimizer_steps": prepared.optimizer_steps, "first_step": run.first_learning_rate,
+            "last_step": run.last_learning_rate, "after_training": prepared.scheduler.get_last_lr()[0],
+        },
+        **run.evaluation,
+        "precision": precision_report.as_dict(),
+        "data": prepared.data.source,
+        **checkpoints.report(),
+        "task": task.NAME,
+        "model": model_facts(layout.plain_model(accelerator)),
+        "layout": layout.describe(accelerator, prepared.optimizer, precision.bytes_on_device(precision_report)),
+        "config": asdict(config),
+    }
+    # Trainable vs total elements, and the optimizer state one device holds: the layout's count (data: the whole
+    # state of the trainable parameters, on every device; fsdp: the largest device's shards, from the index ranges
+    # torch_xla reports for each state tensor's shard, not the whole divided by the device count).
+    report["parameters"] = {
+        **lora.parameter_counts(layout.plain_model(accelerator)),
+        "optimizer_state_bytes_per_device": report["layout"]["optimizer_bytes_per_device"],
+    }
+    report["lora"] = lora.report(config, layout.plain_model(accelerator))
+    report.update(task.facts(prepared.train_examples, prepared.collator, config, report))
+    return report
+
+
+def format_table(report: dict) -> str:
+    rows = []
+    for name in FIELDS:
+        value = report.get(name)
+        if isinstance(value, float):
+            value = f"{value:.4g}"
+        elif isinstance(value, dict):
+            value = ", ".join(f"{key}={item}" for key, item in value.items())
+        rows.append((name, "n/a" if value is None else str(value)))
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def write_report(report: dict, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    return path

@@ -1,0 +1,84 @@
+"""Where a run stands (epoch, step, loss so far) and what it has counted (examples, seconds, graphs).
+
+One small object, passed to every callback: a checkpoint saves its `progress()` and a resumed run
+starts from it with `resume_at()`.
+"""
+
+import time
+from dataclasses import dataclass, field
+
+from ..watch.compilations import compile_counts
+
+
+@dataclass
+class RunState:
+    steps_per_epoch: int
+    examples_per_step: int  # train_batch_size x replicas: one optimizer step's examples
+    num_epochs: int
+    # Position. `step` counts the batches of `epoch` trained, those of a resumed epoch's first part too.
+    epoch: int = 0
+    step: int = 0
+    global_step: int = 0  # optimizer steps of the whole run, resumed ones included
+    first_epoch: int = 0  # this run's first epoch (a resumed run starts where its checkpoint stopped)
+    resumed_step: int = 0  # batches of first_epoch trained before the checkpoint
+    resumed_loss: int = 0  # the loss those batches summed, in fixed_point's units
+    # Counters and timing.
+    train_loss: float | None = None
+    evaluation: dict = field(default_factory=dict)
+    trained_examples: int = 0
+    seconds: float = 0.0
+    steady_examples: int = 0  # epochs after this run's first, compile time taken out
+    steady_seconds: float = 0.0
+    compiled_by_epoch: list = field(default_factory=list)  # cumulative: later epochs must add nothing
+    first_learning_rate: float | None = None
+    last_learning_rate: float | None = None
+    _epoch_started: float = 0.0
+    _compile_seconds_at_start: float = 0.0
+
+    def resume_at(self, progress: dict) -> None:
+        """Continue after a checkpoint's progress (written by `progress()`)."""
+        self.first_epoch = self.epoch = progress["epochs_done"]
+        self.resumed_step = progress.get("epoch_step", 0)
+        self.resumed_loss = int(progress.get("loss_sum", 0))
+        # A checkpoint written by an earlier version of this project has no global step.
+        self.global_step = progress.get("global_step", self.first_epoch * self.steps_per_epoch)
+
+    def progress(self, loss_so_far: int | None = None) -> dict:
+        """What a checkpoint records: inside the epoch (given the epoch's loss so far), or after it (the next one)."""
+        if loss_so_far is not None:
+            return {"epochs_done": self.epoch, "epoch_step": self.step, "global_step": self.global_step,
+                    "loss_sum": loss_so_far}
+        return {"epochs_done": self.epoch + 1, "epoch_step": 0, "global_step": self.global_step, "loss_sum": 0}
+
+    def begin_epoch(self, epoch: int) -> int:
+        """Start `epoch`; return the batches of it already trained (a resumed epoch's), to skip."""
+        self.epoch = epoch
+        self.step = self.resumed_step if epoch == self.first_epoch else 0
+        self._epoch_started = time.perf_counter()
+        self._compile_seconds_at_start = compile_counts().compile_seconds or 0.0
+        return self.step
+
+    def after_step(self) -> None:
+        self.step += 1
+        self.global_step += 1
+
+    def end_training_part(self, skipped: int) -> None:
+        """The epoch's training is over: count its examples and seconds (compile time out, after the first epoch)."""
+        elapsed = time.perf_counter() - self._epoch_started
+        examples = (self.steps_per_epoch - skipped) * self.examples_per_step
+        self.seconds += elapsed
+        self.trained_examples += examples
+        if self.epoch > self.first_epoch:
+            self.steady_examples += examples
+            compiling = (compile_counts().compile_seconds or 0.0) - self._compile_seconds_at_start
+            self.steady_seconds += elapsed - compiling
+
+    def record_compilations(self) -> None:
+        self.compiled_by_epoch.append(compile_counts().compilations)
+
+    def speeds(self) -> dict:
+        return {
+            # Everything, compilation included: on a short run mostly compilation. The steady figure is the speed.
+            "examples_per_second_with_compilation": self.trained_examples / self.seconds if self.seconds else None,
+            "steady_examples_per_second": self.steady_examples / self.steady_seconds if self.steady_seconds > 0 else None,
+        }

@@ -1,0 +1,107 @@
+"""What every model needs, whatever the task: graph-friendly attention, no KV cache, and activation checkpointing
+that works on XLA.
+
+The task (tasks/) builds the model, on the host (CPU) only; in a notebook that runs once in the parent
+process and the model is handed to every forked worker. hub.py says in one line when a model cannot be loaded.
+"""
+
+import types
+
+from transformers import AttentionMaskInterface
+from transformers.masking_utils import eager_mask
+
+from ..config import ATTENTION
+from ..xla import checkpoint as xla_checkpoint
+from ..xla import runtime
+
+# Eager attention (bf16 stays bf16 in its matmuls; PyTorch's SDPA math path computes them in float32),
+# with its mask always built in the graph. transformers 5.24 decides whether it may skip a padding mask by
+# reading it on the host (`padding_mask.all()` in masking_utils): on XLA a device-to-host transfer and a
+# wait in every forward pass. Skipping saves nothing for eager attention, so the eager mask is registered
+# again, through transformers' own interface, with that check off (for every model in this process).
+
+
+def _eager_mask_in_graph(*args, **kwargs):
+    return eager_mask(*args, **{**kwargs, "allow_is_bidirectional_skip": False})
+
+
+AttentionMaskInterface.register(ATTENTION, _eager_mask_in_graph)
+
+
+def make_graph_friendly(model):
+    """Make any model (the task's, a folder's, a notebook cell's) train in the graphs this project relies on.
+
+    The attention above, and no KV cache: a decoder's config says use_cache=True (for generation), and transformers
+    then builds a cache in every forward pass, training and evaluation alike: work and memory for nothing when every
+    forward sees the whole block, and Mistral's sliding-window cache (cache_utils) fails at the first step on XLA.
+    (The exported config says use_cache=false too; generate() reads it from the generation_config.json saved beside.)
+
+    And a sequence classifier's loss said to be single-label classification (the project's labels are whole numbers):
+    left unset, DeBERTa-v2's head keeps only the rows with a label >= 0 through `(labels >= 0).nonzero()` and branches
+    on how many there are, a device-to-host read in every step and a graph of its own (transformers 5.24).
+
+    And tied weights that stay tied on the device (_keep_tied_weights_tied).
+    """
+    if getattr(model.config, "_attn_implementation", ATTENTION) != ATTENTION and hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(ATTENTION)
+    for config in _configs(model):
+        config.use_cache = False
+    if type(model).__name__.endswith("ForSequenceClassification") and model.config.num_labels > 1:
+        model.config.problem_type = model.config.problem_type or "single_label_classification"
+    _keep_tied_weights_tied(model)
+    return model
+
+
+def _keep_tied_weights_tied(model) -> None:
+    """Tie the model's tied weights (GPT-2's, Gemma's input embedding and output head) again after every move.
+
+    torch's Module._apply cannot swap a CPU parameter's storage for an XLA tensor, so `model.to(xla)` makes a new
+    Parameter for each module that holds one: a weight two modules share becomes two, and the layouts trained them
+    apart (a tiny GPT-2 on the demo ended at eval loss 4.40 with data, 3.88 with fsdp, 4.00 on the plain CPU; tied
+    again, 4.00 in both). torch_xla's own advice is to tie the weights again after moving the model: done here on
+    every move, whoever moves it (Accelerate, the fsdp wrapping, a notebook cell).
+    """
+    if getattr(model, "all_tied_weights_keys", None) and "_apply" not in vars(model):
+        model._apply = types.MethodType(_apply, model)  # a bound method: a deep copy of the model binds its own
+
+
+def _apply(self, *args, **kwargs):
+    """Module._apply (which `.to()` calls), then the ties again."""
+    moved = type(self)._apply(self, *args, **kwargs)
+    self.tie_weights(recompute_mapping=False)
+    return moved
+
+
+def _configs(model):
+    """The model's config and its text model's (a multimodal config nests one), where they have a cache switch."""
+    config = model.config
+    for found in (config, getattr(config, "get_text_config", lambda: None)()):
+        if found is not None and hasattr(found, "use_cache"):
+            yield found
+
+
+def model_facts(model) -> dict:
+    """What the report says of the model: its class, its type, and whether its forward passes build a KV cache
+    (false for training here; an encoder has none)."""
+    config = model.config
+    return {
+        "architecture": type(model).__name__, "model_type": getattr(config, "model_type", None),
+        "use_cache": bool(getattr(config, "use_cache", False)),
+    }
+
+
+def enable_gradient_checkpointing(model):
+    """Recompute each layer's activations in the backward pass (transformers' activation checkpointing).
+
+    transformers binds each layer's keyword arguments itself and calls `_gradient_checkpointing_func` per layer;
+    its default, torch.utils.checkpoint, fails on XLA (it looks up a `torch.xla` device module), so on XLA that
+    function is torch_xla's checkpoint, whose optimization barriers keep XLA from undoing the recomputation.
+    """
+    model.activation_checkpointing_enable()
+    if runtime.installed():
+        checkpoint = xla_checkpoint.activation_checkpoint()
+        for module in model.modules():
+            if hasattr(module, "_gradient_checkpointing_func"):
+                module._gradient_checkpointing_func = checkpoint
+    return model
+

@@ -1,0 +1,14 @@
+"""The one door to the XLA runtime: the only folder that imports torch_xla; the rest of the package calls it.
+
+PyTorch/XLA 2.9 is likely its last release (TorchTPU, `torch_tpu`, replaces it). Whoever ports this project
+replaces this folder and the layouts' few calls into it; docs/torch-tpu.md maps each function here to its
+torch_xla call and its torch_tpu counterpart. Nothing here imports torch_xla at import time: the notebook imports
+the package in its device-free parent process, and the laptop path runs with torch_xla absent.
+
+  runtime.py      is torch_xla installed, importable, started; this process's host index; its random seed
+  device.py       the XLA device: its kind, graph cuts (sync), accumulators that do not recompile
+  compilation.py  compilation counters, the persistent cache, torch_xla's compilation analysis
+  precision.py    the bf16 variables and the check of a lowered graph's element types
+  sharding.py     SPMD: the mesh, sharding annotations, FSDPv2's wrapper, the sharded input loader
+  checkpoint.py   torch_xla's planners for torch.distributed.checkpoint, and activation checkpointing
+"""

@@ -1,0 +1,56 @@
+"""The XLA device: which device it is, where a graph is cut, accumulators that do not recompile.
+
+Nothing here touches an XLA device at import time: the notebook imports it in its device-free parent process.
+"""
+
+from .sharding import replicate_under_spmd
+
+
+def uses_xla(device) -> bool:
+    return getattr(device, "type", str(device)) == "xla"
+
+
+def sync(device, wait: bool = False) -> None:
+    """Cut the lazy graph here so that every step runs the same compiled program."""
+    if uses_xla(device):
+        import torch_xla
+
+        torch_xla.sync(wait=wait)
+
+
+def current_device():
+    """This process's XLA device (under SPMD: the one virtual device every chip stands behind)."""
+    import torch_xla
+
+    return torch_xla.device()
+
+
+def device_kind(device) -> str:
+    """'TPU', 'CPU', 'CUDA'... for an XLA device; the torch device type otherwise."""
+    if uses_xla(device):
+        import torch_xla.runtime as xr
+
+        return f"xla:{xr.device_type()}"
+    return str(getattr(device, "type", device))
+
+
+def device_zeros(size: int, dtype, device):
+    """A zero accumulator that reaches the device as data, not as a graph constant."""
+    return device_values([0] * size, dtype, device)
+
+
+def device_values(values: list, dtype, device):
+    """An accumulator with these starting values that reaches the device as data, not as a graph constant.
+
+    A 0-d tensor would be folded into the next graph as a constant, making the first
+    step's graph differ from every later one (one extra compilation).
+    """
+    import torch
+
+    tensor = torch.tensor(values, dtype=dtype).to(device)
+    if uses_xla(device):
+        # Under SPMD a graph's outputs carry a sharding (a sum is replicated) and the sharding is part of
+        # the graph: an accumulator fresh from the host must carry the same, or the step that first sees
+        # a fresh one after a sharded one (the next epoch, the second eval batch) compiles again.
+        replicate_under_spmd(tensor)
+    return tensor
