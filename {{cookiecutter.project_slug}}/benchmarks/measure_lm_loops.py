@@ -65,7 +65,7 @@ LOOP_DIFFERENCES = {
     "project": "the project's training_function on one XLA device: every batch one shape (packed blocks), the eval's "
                "short last block padded and masked, eval batch = train batch, the loss and the eval sums read on the "
                "host once per epoch, transformers' eager mask built in the graph, AdamW with weight decay 0.01, "
-               "linear decay from the learning rate, no gradient clipping",
+               "linear decay from the learning rate, gradient clipping at 1.0 (as SFTTrainer)",
     "project-fsdp": f"the same loop with --parallelism fsdp on {FSDP_DEVICES} XLA:CPU devices in one SPMD process "
                     f"(FSDPv2, each Llama layer sharded, batches split along the fsdp axis): {DEMO_GLOBAL_BATCH // 4} "
                     "blocks per device, the like-for-like row for SFTTrainer on FSDPv2",

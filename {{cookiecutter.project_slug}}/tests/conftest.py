@@ -292,16 +292,24 @@ from pathlib import Path
 from accelerate import notebook_launcher
 from {{ cookiecutter.project_slug }}.loop import training
 from {{ cookiecutter.project_slug }}.cli import parse
+from {{ cookiecutter.project_slug }}.parallel.data import DataParallel
 
 processes, port, record, hosts, *argv = sys.argv[1:]
 config, rates, original = parse(argv), [], training.train_step
+norms, clip = [], DataParallel.clip_gradients
+
+def clip_recording(self, *args):
+    norms.append(clip(self, *args))  # the global norm before clipping, read after the run
+    return norms[-1]
+
+DataParallel.clip_gradients = clip_recording
 if os.environ.get("TEST_ONLY_MAIN_SEES_NO_HUB"):
     # Each process would answer differently: only the main process finds the hub out of reach.
     training.wants_demo = lambda config: os.environ.get("RANK", "0") == "0"
 
-def recording(accelerator, model, optimizer, scheduler, batch):
+def recording(accelerator, model, optimizer, *args):
     rates.append(optimizer.param_groups[0]["lr"])
-    loss = original(accelerator, model, optimizer, scheduler, batch)
+    loss = original(accelerator, model, optimizer, *args)
     Path(record, f"stepped-{os.environ.get('RANK', '0')}").touch()  # a test may wait for the first step
     return loss
 
@@ -314,6 +322,7 @@ def run(model, config):
         training.training_function(model, config)
     finally:
         Path(record, f"process-{rank}.json").write_text(json.dumps(rates))
+        Path(record, f"norms-{rank}.json").write_text(json.dumps([float(norm) for norm in norms]))
 
 training.train_step = recording
 notebook_launcher(run, (None, config), num_processes=int(processes), use_port=port)

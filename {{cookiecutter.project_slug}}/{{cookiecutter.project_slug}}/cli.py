@@ -5,6 +5,7 @@ folder) end in one line that says what to do, not in a stack trace.
 """
 
 import argparse
+import difflib
 import sys
 
 from transformers import HfArgumentParser
@@ -18,7 +19,8 @@ def build_parser() -> HfArgumentParser:
     HfArgumentParser adds a `--no_X` (store_false) for every bool field whose default is True, with a copy of
     X's metadata, so its help repeated X's ("Save checkpoints: ...") and showed "(default: False)".
     """
-    options = HfArgumentParser(TrainConfig)
+    # No abbreviations: argparse would take --lr for --lr_scheduler_type, and --learning for --learning_rate.
+    options = HfArgumentParser(TrainConfig, allow_abbrev=False)
     for action in options._actions:
         if isinstance(action, argparse._StoreFalseAction) and action.option_strings[0] == f"--no_{action.dest}":
             action.help = f"The same as --{action.dest} false."
@@ -27,12 +29,38 @@ def build_parser() -> HfArgumentParser:
     return options
 
 
+# Flags this project had, and what replaced them.
+REPLACED = {"--downcast_bf16": "--pure_bf16 downcast"}
+# Names that recipes (transformers' Trainer, TRL, Accelerate's examples) give the options this project spells otherwise.
+RECIPE_NAMES = {
+    "--lr": "--learning_rate", "--num_train_epochs": "--num_epochs", "--epochs": "--num_epochs",
+    "--per_device_train_batch_size": "--train_batch_size", "--batch_size": "--train_batch_size",
+    "--per_device_eval_batch_size": "--eval_batch_size", "--model": "--model_name_or_path",
+    "--dataset_name": "--dataset", "--max_length": "--max_seq_length", "--bf16": "--mixed_precision bf16",
+}
+
+
+def unknown_flag(parser, remaining: list[str]) -> str:
+    """One line for the first argument the parser did not take: what replaced it, or the closest known flag."""
+    given = next((arg for arg in remaining if arg.startswith("-")), remaining[0])
+    flag = given.split("=", 1)[0]
+    if flag in REPLACED:
+        return f"{flag} is no longer an option: use {REPLACED[flag]}"
+    known = [option for action in parser._actions for option in action.option_strings]
+    closest = RECIPE_NAMES.get(flag) or next(iter(difflib.get_close_matches(flag, known, n=1)), None)
+    if not flag.startswith("-"):
+        return f"unexpected argument {given!r}: every option is a --flag (python train.py --help lists them)"
+    return f"unknown option {flag}" + (f": did you mean {closest}?" if closest else " (python train.py --help lists them)")
+
+
 def parse(argv=None) -> TrainConfig:
     parser = build_parser()
     try:
-        (config,) = parser.parse_args_into_dataclasses(args=argv)
+        config, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     except ConfigError as error:
         parser.error(str(error))
+    if remaining:
+        parser.error(unknown_flag(parser, remaining))
     return config
 
 

@@ -21,6 +21,8 @@ PADDING_MODES = ("fixed", "buckets", "dynamic")
 {%- endif %}
 # Where bf16 weights live (precision/levels.py): float32 (no), or bf16 through XLA_USE_BF16, XLA_DOWNCAST_BF16 or a cast.
 PURE_BF16_CHOICES = ("no", "xla", "downcast", "cast")
+# Learning-rate schedules (transformers' get_scheduler names); linear, without warm-up, is transformers' Trainer's default.
+SCHEDULES = ("linear", "cosine", "constant", "constant_with_warmup")
 # A from-scratch model learns the demo at a much higher rate than a pretrained one is fine-tuned at.
 DEMO_LEARNING_RATE = 1e-3
 TRAIN_BATCH_SIZE = {{ cookiecutter.train_batch_size }}  # per chip, the bake's answer

@@ -1,8 +1,10 @@
 """`TrainConfig`: every option of a run, with the baked answers as defaults, checked when it is made."""
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .checks import check
 from .defaults import (
     DEFAULT_DATASET,
     DEFAULT_MODEL,
@@ -10,11 +12,8 @@ from .defaults import (
     DEMO_LEARNING_RATE,
     LORA_DROPOUT,
     LORA_LEARNING_RATE_FACTOR,
-    PADDING_MODES,
-    PARALLELISMS,
-    PURE_BF16_CHOICES,
+    SCHEDULES,
     TRAIN_BATCH_SIZE,
-    ConfigError,
     switch,
 )
 
@@ -68,6 +67,19 @@ class TrainConfig:
                           "that), 1e-3 for the demo."},
     )
     weight_decay: float = 0.01
+    lr_scheduler_type: str = field(
+        default="linear",
+        metadata={"help": f"How the learning rate moves over the optimizer steps: {', '.join(SCHEDULES)} (transformers' "
+                          "get_scheduler; the linear and cosine ones decay to 0). No value of it compiles a graph."},
+    )
+    warmup_ratio: float = field(
+        default=0.0, metadata={"help": "The fraction of the optimizer steps over which the rate rises from 0 (0 to <1)."}
+    )
+    warmup_steps: int = field(default=0, metadata={"help": "Optimizer steps of warm-up from 0, instead of --warmup_ratio."})
+    max_grad_norm: float = field(
+        default=1.0, metadata={"help": "Clip the gradients' global norm to this, in the graph (transformers' Trainer's "
+                                       "default); 0 turns clipping off."}
+    )
     seed: int = 42
     mixed_precision: str | None = field(
         default=None,
@@ -150,6 +162,10 @@ class TrainConfig:
     def pretrained_learning_rate(self) -> float:
         return {{ cookiecutter.learning_rate }}
 
+    def warmup_for(self, optimizer_steps: int) -> int:
+        """Warm-up in optimizer steps: as given, or the ratio of the run rounded up (as transformers' Trainer does)."""
+        return self.warmup_steps or math.ceil(self.warmup_ratio * optimizer_steps)
+
     def per_chip_train_batch(self, demo: bool, replicas: int) -> int:
         """The per-chip batch: as given, else the demo's global batch split over `replicas` chips, else the bake's."""
         if self.train_batch_size is not None:
@@ -176,58 +192,7 @@ class TrainConfig:
         return Path(self.report) if self.report else Path(self.output_dir) / "report.json"
 
     def __post_init__(self):
-        for name in ({% if cookiecutter.task != "causal-lm" %}"num_labels", {% endif %}"train_batch_size", "eval_batch_size", "max_seq_length", "num_epochs"):
-            value = getattr(self, name)
-            if value is None and name == "train_batch_size":
-                continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{name}={value!r}: must be a positive whole number")
-{%- if cookiecutter.task == "causal-lm" %}
-        if not isinstance(self.samples, int) or isinstance(self.samples, bool) or self.samples < 0:
-            raise ConfigError(f"samples={self.samples!r}: must be 0 or a positive whole number")
-{%- endif %}
-        for name in ("save_steps", "keep_checkpoints"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ConfigError(f"{name}={value!r}: must be a positive whole number")
-        if self.save_minutes is not None and not self.save_minutes > 0:
-            raise ConfigError(f"save_minutes={self.save_minutes!r}: must be a positive number")
-        if self.max_recompilations is not None and self.max_recompilations < 0:
-            raise ConfigError(f"max_recompilations={self.max_recompilations!r}: must be 0 or more")
-        if self.max_train_examples is not None and self.max_train_examples < 1:
-            raise ConfigError(f"max_train_examples={self.max_train_examples!r}: must be a positive whole number")
-        if self.learning_rate is not None and not self.learning_rate > 0:
-            raise ConfigError(f"learning_rate={self.learning_rate!r}: must be a positive number")
-        if self.mixed_precision not in (None, "bf16", "no"):
-            raise ConfigError(f"mixed_precision={self.mixed_precision!r}: must be bf16 or no (TPUs do not take fp16)")
-        if self.pure_bf16 not in (None, *PURE_BF16_CHOICES):
-            raise ConfigError(f"pure_bf16={self.pure_bf16!r}: must be one of {', '.join(PURE_BF16_CHOICES)}")
-        if self.pure_bf16 not in (None, "no") and self.mixed_precision == "no":
-            raise ConfigError(f"pure_bf16={self.pure_bf16!r} needs mixed_precision=bf16 (float32 was asked for)")
-        if self.parallelism not in PARALLELISMS:
-            raise ConfigError(f"parallelism={self.parallelism!r}: must be one of {', '.join(PARALLELISMS)}")
-        if self.fsdp_layer_class and self.parallelism != "fsdp":
-            raise ConfigError("fsdp_layer_class is for parallelism='fsdp' only")
-        if self.padding not in PADDING_MODES:
-            raise ConfigError(f"padding={self.padding!r}: must be one of {', '.join(PADDING_MODES)}")
-        self._check_lora()
-
-    def _check_lora(self):
-        if self.lora_r is None:
-            for name in ("lora_alpha", "lora_dropout", "lora_target_modules", "merge_lora"):
-                if getattr(self, name) not in (None, False):
-                    raise ConfigError(f"{name}={getattr(self, name)!r} is for LoRA: set lora_r too (or leave {name} out)")
-            return
-        if not isinstance(self.lora_r, int) or isinstance(self.lora_r, bool) or self.lora_r < 1:
-            raise ConfigError(f"lora_r={self.lora_r!r}: must be a positive whole number (the adapters' rank)")
-        if self.lora_alpha is not None and not self.lora_alpha > 0:
-            raise ConfigError(f"lora_alpha={self.lora_alpha!r}: must be a positive number")
-        if self.lora_dropout is not None and not 0 <= self.lora_dropout < 1:
-            raise ConfigError(f"lora_dropout={self.lora_dropout!r}: must be at least 0 and below 1")
-        if self.lora_target_modules is not None and not [n for n in self.lora_target_modules.split(",") if n.strip()]:
-            raise ConfigError(f"lora_target_modules={self.lora_target_modules!r}: must name layers, comma-separated")
-        if self.merge_lora and not self.export:
-            raise ConfigError("merge_lora=True: merging happens at the export; it needs export=true")
+        check(self)
 
     @property
     def resolved_lora_alpha(self) -> float:

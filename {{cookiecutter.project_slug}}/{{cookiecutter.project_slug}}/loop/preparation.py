@@ -4,6 +4,8 @@ The task (tasks/) says how examples are loaded and batched and which model is bu
 (data/batching.py) gives every batch one shape; the layout (parallel/) places the model and the batches.
 """
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..config import DEMO_GLOBAL_BATCH, ConfigError, TrainConfig
@@ -31,6 +33,7 @@ class Prepared:
     train_batch_size: int  # per chip (config.per_chip_train_batch)
     replicas: int  # per-chip batches in one optimizer step
     optimizer_steps: int
+    clip: Callable | None  # clips the gradients in the step (the layout's clip at --max_grad_norm); None: no clipping
 
 
 def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precision_report, say) -> Prepared:
@@ -72,20 +75,23 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
             f"shared by {replicas} {'chips' if layout.name == 'fsdp' else 'process(es)'}; lower it"
         )
     optimizer_steps = steps_per_epoch * config.num_epochs
-    from transformers import get_linear_schedule_with_warmup
+    from transformers import get_scheduler
 
     # Sized in the scheduler's own calls: Accelerate's prepared scheduler (data) steps the one it wraps
     # num_processes times per optimizer step, so a schedule sized in optimizer steps would reach 0 early.
-    # No warm-up from zero: a learning rate of exactly 0 or 1 is a different XLA graph.
-    scheduler = get_linear_schedule_with_warmup(
-        optimizer, 0, optimizer_steps * layout.scheduler_calls_per_step(accelerator)
+    # Any learning rate, 0 included, is the same graph: the run sends scalars as data (xla/compilation.py).
+    calls = layout.scheduler_calls_per_step(accelerator)
+    scheduler = get_scheduler(
+        config.lr_scheduler_type, optimizer,
+        num_warmup_steps=config.warmup_for(optimizer_steps) * calls, num_training_steps=optimizer_steps * calls,
     )
     model, optimizer, train_loader, eval_loader, scheduler = layout.prepare(
         accelerator, model, optimizer, train_loader, eval_loader, scheduler
     )
     if len(train_loader) != steps_per_epoch:
         raise RuntimeError(f"Accelerate's loader gives {len(train_loader)} steps per epoch, the schedule expects {steps_per_epoch}")
+    clip = functools.partial(layout.clip_gradients, accelerator, model, config.max_grad_norm) if config.max_grad_norm else None
     return Prepared(
         model, optimizer, scheduler, train_loader, eval_loader, tokenizer, data, train_examples, collator,
-        steps_per_epoch, batch_size, replicas, optimizer_steps,
+        steps_per_epoch, batch_size, replicas, optimizer_steps, clip,
     )

@@ -41,6 +41,7 @@ def run_report(accelerator, layout, prepared, run, config, precision_report, wat
         "steady_step_seconds": watch.steady_step_seconds() if watch else None,
         # Host-side floats: the scheduler lives on the host, reading it costs no device transfer.
         "learning_rate": {
+            "schedule": config.lr_scheduler_type, "warmup_steps": config.warmup_for(prepared.optimizer_steps),
             "optimizer_steps": prepared.optimizer_steps, "first_step": run.first_learning_rate,
             "last_step": run.last_learning_rate, "after_training": prepared.scheduler.get_last_lr()[0],
         },

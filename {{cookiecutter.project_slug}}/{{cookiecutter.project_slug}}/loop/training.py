@@ -31,6 +31,7 @@ from ..tasks import task
 {%- endif %}
 from ..watch import compilations, compile_analysis
 from ..watch.graph_watch import GraphWatch
+from ..xla import compilation as xla_compilation
 from ..xla import device as devices
 from .callbacks import Callbacks
 from .preparation import prepare
@@ -50,6 +51,7 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
     analysis_file = None
     if environment.xla_installed():
         precision.set_xla_variables(level)
+        xla_compilation.scalars_as_data()  # a learning rate of 0 (warm-up) or of any size is the same graph
         if config.watch_compilations:
             analysis_file = compile_analysis.enable_analysis(Path(config.output_dir) / "xla-compilations", process_label())
     layout.start()
@@ -180,7 +182,7 @@ def train_epoch(accelerator, parts, run: RunState, batches, callbacks, guard: Lo
     with bar:
         for batch in batches:
             run.last_learning_rate = parts.scheduler.get_last_lr()[0]
-            guard.add(train_step(accelerator, parts.model, parts.optimizer, parts.scheduler, batch))
+            guard.add(train_step(accelerator, parts.model, parts.optimizer, parts.scheduler, batch, parts.clip))
             run.after_step()
             devices.sync(accelerator.device)
             callbacks.after_train_step(run, batch)
@@ -191,14 +193,17 @@ def train_epoch(accelerator, parts, run: RunState, batches, callbacks, guard: Lo
     return from_fixed(total) / max(run.step * accelerator.num_processes, 1)
 
 
-def train_step(accelerator, model, optimizer, scheduler, batch):
+def train_step(accelerator, model, optimizer, scheduler, batch, clip=None):
     """One optimizer step; returns the loss, detached and still lazy (the caller decides when to sync).
 
-    Separate from the epoch loop so that the benchmarks time exactly this step.
+    `clip()` clips the gradients between the backward pass and the update (Prepared.clip). Separate from the epoch
+    loop so that the benchmarks time exactly this step.
     """
     batch.pop(VALID, None)
     loss = model(**batch).loss
     accelerator.backward(loss)
+    if clip is not None:
+        clip()
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad()

@@ -47,6 +47,14 @@ class DataParallel:
         # (split_batches=False), so the schedule is sized in per-process batches.
         return accelerator.num_processes
 
+    def clip_gradients(self, accelerator, model, max_norm: float):
+        """Clip the global norm of the gradients every process holds once they are reduced; returns the norm before.
+
+        Accelerate's clip_grad_norm_ reduces them first on XLA (the reduce the optimizer step would make), and DDP
+        has reduced them in the backward pass on the other devices.
+        """
+        return accelerator.clip_grad_norm_(model.parameters(), max_norm)
+
     def prepare(self, accelerator, model, optimizer, train_loader, eval_loader, scheduler):
         prepared = accelerator.prepare(model, optimizer, train_loader, eval_loader, scheduler)
         for loader, original in zip(prepared[2:4], (train_loader, eval_loader), strict=True):

@@ -64,6 +64,11 @@ class FsdpV2:
     def scheduler_calls_per_step(self, accelerator) -> int:
         return 1  # the scheduler is not Accelerate's: it steps once per optimizer step
 
+    def clip_gradients(self, accelerator, model, max_norm: float):
+        """Clip the gradients' global norm; returns the norm before. Under SPMD each gradient is one logical tensor
+        sharded over every chip, so torch's own clipping computes the norm over all of them in the step's graph."""
+        return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+
     # -- the model -----------------------------------------------------------------------------------
 
     def wrap(self, model):

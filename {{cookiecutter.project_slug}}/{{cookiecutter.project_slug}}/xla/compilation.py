@@ -22,6 +22,22 @@ def init_cache(folder: Path) -> bool:
     return True
 
 
+def scalars_as_data() -> None:
+    """Send every Python scalar an operation takes to the device as fresh data, whatever its value.
+
+    Two torch_xla habits make a graph depend on a scalar's value: 0, 1 and -1 are baked in as constants (its
+    "special scalars"), and scalars of equal value share one cached device buffer, so a graph whose two scalars
+    happen to be equal has one parameter fewer. A learning rate that warms up from 0, or one so small that
+    AdamW's `1 - lr * weight_decay` is 1.0 in float32 (below 2.98e-6 at a weight decay of 0.01), was then another
+    graph. Both habits are run-time switches (the XLA_NO_SPECIAL_SCALARS variable is read only when torch_xla is
+    imported); set before the process's first graph. The cost: a few scalars sent to the device each step.
+    """
+    import torch_xla
+
+    torch_xla._XLAC._set_xla_handle_special_scalars(False)
+    torch_xla._XLAC._set_xla_enable_device_data_cache(False)
+
+
 def counters() -> dict | None:
     """Compilations, their seconds, cache hits, misses and read failures, device-to-host transfers; None off XLA."""
     if not installed() or not imported():

@@ -1,0 +1,110 @@
+"""Learning-rate schedules: a warm-up from 0 and a decay to 0 compile no graph of their own, in either layout and with
+either optimizer; the rates follow transformers' schedules; a bad schedule flag or an unknown flag is one line.
+
+At the pretrained rate (2e-5) and the default weight decay (0.01), a rate below 2.98e-6 makes AdamW's
+`1 - lr * weight_decay` exactly 1.0 in float32; torch_xla used to compile that step again, and the first step of a
+warm-up (a rate of exactly 0) too. The runs below reach both, with --max_recompilations 0: a new graph stops them.
+"""
+
+import pytest
+from conftest import QUICK, child_env, python_command, run, spmd_env, train, train_in_workers
+
+from {{ cookiecutter.project_slug }}.cli import parse
+from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
+
+# 160 demo examples in global batches of 16: 10 optimizer steps, the last ones below 2.98e-6 once the rate decays.
+STEPS = 10
+RUN = [*QUICK, "--max_train_examples", str(16 * STEPS), "--learning_rate", "2e-5", "--checkpoint", "false",
+       "--export", "false"]
+CONSTANT = ["--lr_scheduler_type", "constant"]
+WARM_UP_AND_DECAY = {
+    "linear": ["--lr_scheduler_type", "linear", "--warmup_steps", "1"],
+    "cosine": ["--lr_scheduler_type", "cosine", "--warmup_ratio", "0.1"],
+}
+KAHAN = ["--mixed_precision", "bf16", "--pure_bf16", "cast", "--kahan_summation", "true"]
+
+
+def graphs(tmp_path, name, *args, env=None) -> int:
+    report, _ = train(tmp_path / name, *RUN, *args, env=env)
+    assert report["recompilations"] == 0, report["recompilations"]
+    return report["xla_compilations"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("schedule", sorted(WARM_UP_AND_DECAY))
+def test_warm_up_from_0_and_decay_to_0_compile_what_a_constant_rate_does(tmp_path, schedule):
+    assert graphs(tmp_path, schedule, *WARM_UP_AND_DECAY[schedule]) == graphs(tmp_path, "constant", *CONSTANT)
+
+
+@pytest.mark.slow
+def test_the_kahan_optimizer_warms_up_and_decays_in_the_graphs_of_a_constant_rate(tmp_path):
+    assert graphs(tmp_path, "linear", *KAHAN, *WARM_UP_AND_DECAY["linear"]) == graphs(tmp_path, "constant", *KAHAN,
+                                                                                         *CONSTANT)
+
+
+@pytest.mark.slow
+def test_fsdp_warms_up_and_decays_in_the_graphs_of_a_constant_rate(tmp_path):
+    fsdp, env = ["--parallelism", "fsdp"], spmd_env(4)
+    assert graphs(tmp_path, "linear", *fsdp, *WARM_UP_AND_DECAY["linear"], env=env) == graphs(
+        tmp_path, "constant", *fsdp, *CONSTANT, env=env)
+
+
+@pytest.mark.slow
+@pytest.mark.workers
+def test_two_processes_follow_transformers_cosine_schedule_from_0(tmp_path):
+    """The rate of every optimizer step in each of 2 processes: transformers' cosine schedule with 2 warm-up steps,
+    counted in optimizer steps (Accelerate steps the wrapped scheduler once per process)."""
+    import torch
+    from transformers import get_scheduler
+
+    _, _, rates = train_in_workers(tmp_path, 2, *RUN, "--lr_scheduler_type", "cosine", "--warmup_steps", "2",
+                                   "--mixed_precision", "no")
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=2e-5)
+    reference = get_scheduler("cosine", optimizer, num_warmup_steps=2, num_training_steps=STEPS)
+    expected = []
+    for _ in range(STEPS):
+        expected.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        reference.step()
+    assert expected[0] == 0.0 and max(expected) == pytest.approx(2e-5)
+    for process in (0, 1):
+        assert rates[process] == pytest.approx(expected, rel=1e-12, abs=1e-15)
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ({"lr_scheduler_type": "polynomial"}, "lr_scheduler_type='polynomial': must be one of linear, cosine, constant, "
+                                          "constant_with_warmup"),
+    ({"warmup_ratio": 1.0}, "warmup_ratio=1.0: must be at least 0 and below 1"),
+    ({"warmup_ratio": -0.1}, "warmup_ratio=-0.1: must be at least 0 and below 1"),
+    ({"warmup_steps": -1}, "warmup_steps=-1: must be 0 or a positive whole number"),
+    ({"warmup_steps": 3, "warmup_ratio": 0.1}, "warmup_steps=3 and warmup_ratio=0.1: give one of the two"),
+    ({"lr_scheduler_type": "constant", "warmup_steps": 2}, "lr_scheduler_type='constant' has no warm-up: use "
+                                                          "constant_with_warmup, or leave the warm-up out"),
+])
+def test_a_bad_schedule_is_one_line_naming_the_flag(given, message):
+    with pytest.raises(ConfigError) as refused:
+        TrainConfig(**given)
+    assert str(refused.value) == message
+
+
+def test_the_warm_up_is_the_ratio_of_the_run_rounded_up_or_the_steps_given():
+    assert parse(["--warmup_ratio", "0.1"]).warmup_for(187) == 19
+    assert parse(["--warmup_steps", "7"]).warmup_for(187) == 7
+    assert parse([]).warmup_for(187) == 0
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    (["--lr", "1e-4"], "unknown option --lr: did you mean --learning_rate?"),
+    (["--lr=1e-4"], "unknown option --lr: did you mean --learning_rate?"),
+    (["--learnin_rate", "1e-4"], "unknown option --learnin_rate: did you mean --learning_rate?"),
+    (["--num_train_epochs", "3"], "unknown option --num_train_epochs: did you mean --num_epochs?"),
+    (["--downcast_bf16"], "--downcast_bf16 is no longer an option: use --pure_bf16 downcast"),
+])
+def test_an_unknown_flag_is_one_line_with_the_closest_known_one_and_nothing_is_written(tmp_path, given, said):
+    output = tmp_path / "outputs"
+    result = run(python_command("--output_dir", str(output), *given, xla=False), env=child_env(xla=False),
+                 check=False, timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].endswith(f"error: {said}"), result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert not output.exists()

@@ -1,0 +1,75 @@
+"""The checks a `TrainConfig` passes when it is made: each refusal is one line naming the field and what is allowed."""
+
+from .defaults import PADDING_MODES, PARALLELISMS, PURE_BF16_CHOICES, SCHEDULES, ConfigError
+
+
+def check(config) -> None:
+    """Refuse a value that cannot work, with one line naming the field and what is allowed."""
+    for name in ({% if cookiecutter.task != "causal-lm" %}"num_labels", {% endif %}"train_batch_size", "eval_batch_size", "max_seq_length", "num_epochs"):
+        value = getattr(config, name)
+        if value is None and name == "train_batch_size":
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{name}={value!r}: must be a positive whole number")
+{%- if cookiecutter.task == "causal-lm" %}
+    if not isinstance(config.samples, int) or isinstance(config.samples, bool) or config.samples < 0:
+        raise ConfigError(f"samples={config.samples!r}: must be 0 or a positive whole number")
+{%- endif %}
+    for name in ("save_steps", "keep_checkpoints"):
+        value = getattr(config, name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ConfigError(f"{name}={value!r}: must be a positive whole number")
+    if config.save_minutes is not None and not config.save_minutes > 0:
+        raise ConfigError(f"save_minutes={config.save_minutes!r}: must be a positive number")
+    if config.max_recompilations is not None and config.max_recompilations < 0:
+        raise ConfigError(f"max_recompilations={config.max_recompilations!r}: must be 0 or more")
+    if config.max_train_examples is not None and config.max_train_examples < 1:
+        raise ConfigError(f"max_train_examples={config.max_train_examples!r}: must be a positive whole number")
+    if config.learning_rate is not None and not config.learning_rate > 0:
+        raise ConfigError(f"learning_rate={config.learning_rate!r}: must be a positive number")
+    if config.mixed_precision not in (None, "bf16", "no"):
+        raise ConfigError(f"mixed_precision={config.mixed_precision!r}: must be bf16 or no (TPUs do not take fp16)")
+    if config.pure_bf16 not in (None, *PURE_BF16_CHOICES):
+        raise ConfigError(f"pure_bf16={config.pure_bf16!r}: must be one of {', '.join(PURE_BF16_CHOICES)}")
+    if config.pure_bf16 not in (None, "no") and config.mixed_precision == "no":
+        raise ConfigError(f"pure_bf16={config.pure_bf16!r} needs mixed_precision=bf16 (float32 was asked for)")
+    if config.parallelism not in PARALLELISMS:
+        raise ConfigError(f"parallelism={config.parallelism!r}: must be one of {', '.join(PARALLELISMS)}")
+    if config.fsdp_layer_class and config.parallelism != "fsdp":
+        raise ConfigError("fsdp_layer_class is for parallelism='fsdp' only")
+    if config.padding not in PADDING_MODES:
+        raise ConfigError(f"padding={config.padding!r}: must be one of {', '.join(PADDING_MODES)}")
+    _check_schedule(config)
+    _check_lora(config)
+
+def _check_lora(config) -> None:
+    if config.lora_r is None:
+        for name in ("lora_alpha", "lora_dropout", "lora_target_modules", "merge_lora"):
+            if getattr(config, name) not in (None, False):
+                raise ConfigError(f"{name}={getattr(config, name)!r} is for LoRA: set lora_r too (or leave {name} out)")
+        return
+    if not isinstance(config.lora_r, int) or isinstance(config.lora_r, bool) or config.lora_r < 1:
+        raise ConfigError(f"lora_r={config.lora_r!r}: must be a positive whole number (the adapters' rank)")
+    if config.lora_alpha is not None and not config.lora_alpha > 0:
+        raise ConfigError(f"lora_alpha={config.lora_alpha!r}: must be a positive number")
+    if config.lora_dropout is not None and not 0 <= config.lora_dropout < 1:
+        raise ConfigError(f"lora_dropout={config.lora_dropout!r}: must be at least 0 and below 1")
+    if config.lora_target_modules is not None and not [n for n in config.lora_target_modules.split(",") if n.strip()]:
+        raise ConfigError(f"lora_target_modules={config.lora_target_modules!r}: must name layers, comma-separated")
+    if config.merge_lora and not config.export:
+        raise ConfigError("merge_lora=True: merging happens at the export; it needs export=true")
+
+
+def _check_schedule(config) -> None:
+    if not config.max_grad_norm >= 0:
+        raise ConfigError(f"max_grad_norm={config.max_grad_norm!r}: must be 0 (no clipping) or a positive number")
+    if config.lr_scheduler_type not in SCHEDULES:
+        raise ConfigError(f"lr_scheduler_type={config.lr_scheduler_type!r}: must be one of {', '.join(SCHEDULES)}")
+    if not 0 <= config.warmup_ratio < 1:
+        raise ConfigError(f"warmup_ratio={config.warmup_ratio!r}: must be at least 0 and below 1")
+    if not isinstance(config.warmup_steps, int) or isinstance(config.warmup_steps, bool) or config.warmup_steps < 0:
+        raise ConfigError(f"warmup_steps={config.warmup_steps!r}: must be 0 or a positive whole number")
+    if config.warmup_steps and config.warmup_ratio:
+        raise ConfigError(f"warmup_steps={config.warmup_steps} and warmup_ratio={config.warmup_ratio}: give one of the two")
+    if config.lr_scheduler_type == "constant" and (config.warmup_steps or config.warmup_ratio):
+        raise ConfigError("lr_scheduler_type='constant' has no warm-up: use constant_with_warmup, or leave the warm-up out")
