@@ -45,6 +45,7 @@ def load_sharded(model, optimizer, scheduler, folder: Path) -> None:
     """Read a checkpoint written by `save_sharded` into the live (sharded) tensors and restore the random states."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
+
     if not optimizer.state:
         # The checkpoint is loaded into existing tensors: create the optimizer's state first.
         checkpoint.prime_optimizer(optimizer)
@@ -52,6 +53,10 @@ def load_sharded(model, optimizer, scheduler, folder: Path) -> None:
     dcp.load(state, storage_reader=dcp.FileSystemReader(str(folder / SHARDED)),
              planner=checkpoint.load_planner(), no_dist=not dist.is_initialized())
     optimizer.load_state_dict(state["optimizer"])
+    # prime_optimizer made the state by a step over zero gradients, which it leaves on the parameters. Kept, the
+    # resumed run's first backward would add to them, another graph than the uninterrupted run's step (with its
+    # shardings already fixed), and with gradient clipping the norm's sum over the shards came out an ulp apart.
+    optimizer.zero_grad(set_to_none=True)
     host = torch.load(folder / HOST_STATE, weights_only=False)
     scheduler.load_state_dict(host["scheduler"])
     runtime.set_rng_state(host["xm_seed"])
