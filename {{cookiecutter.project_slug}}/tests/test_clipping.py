@@ -1,7 +1,8 @@
 """Gradient clipping (--max_grad_norm, 1.0 by default as in transformers' Trainer): the global norm it clips is the
 same number on one device and on four sharded ones (FSDPv2), the same in two processes (after their gradients are
 reduced),
-it is computed in the step's graph (no graph and no transfer of its own), and 0 turns it off.
+it is computed in the step's graph (no graph and no transfer of its own), and 0 turns it off. The training tests are
+the loop's machinery: they run in the text-classification data-layout project (tests/conftest.py).
 """
 
 import json
@@ -43,6 +44,7 @@ def norms_and_report(folder, *args, env=None) -> tuple[list[float], dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.machinery
 @pytest.mark.workers
 def test_the_norm_is_global_over_four_sharded_devices_and_over_two_processes(tmp_path):
     clip = ["--max_grad_norm", str(CLIP)]
@@ -67,6 +69,7 @@ def test_the_norm_is_global_over_four_sharded_devices_and_over_two_processes(tmp
 
 
 @pytest.mark.slow
+@pytest.mark.machinery
 def test_a_norm_of_0_turns_clipping_off(tmp_path):
     norms, report = norms_and_report(tmp_path / "off", "--max_grad_norm", "0")
     assert norms == [] and report["config"]["max_grad_norm"] == 0

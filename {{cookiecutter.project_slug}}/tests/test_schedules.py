@@ -4,6 +4,7 @@ either optimizer; the rates follow transformers' schedules; a bad schedule flag 
 At the pretrained rate (2e-5) and the default weight decay (0.01), a rate below 2.98e-6 makes AdamW's
 `1 - lr * weight_decay` exactly 1.0 in float32; torch_xla used to compile that step again, and the first step of a
 warm-up (a rate of exactly 0) too. The runs below reach both, with --max_recompilations 0: a new graph stops them.
+The training tests are the loop's machinery: they run in the text-classification projects (tests/conftest.py).
 """
 
 import pytest
@@ -31,18 +32,22 @@ def graphs(tmp_path, name, *args, env=None) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.machinery
 @pytest.mark.parametrize("schedule", sorted(WARM_UP_AND_DECAY))
 def test_warm_up_from_0_and_decay_to_0_compile_what_a_constant_rate_does(tmp_path, schedule):
     assert graphs(tmp_path, schedule, *WARM_UP_AND_DECAY[schedule]) == graphs(tmp_path, "constant", *CONSTANT)
 
 
 @pytest.mark.slow
+@pytest.mark.machinery
 def test_the_kahan_optimizer_warms_up_and_decays_in_the_graphs_of_a_constant_rate(tmp_path):
     assert graphs(tmp_path, "linear", *KAHAN, *WARM_UP_AND_DECAY["linear"]) == graphs(tmp_path, "constant", *KAHAN,
                                                                                          *CONSTANT)
 
 
 @pytest.mark.slow
+@pytest.mark.machinery
+@pytest.mark.layout("fsdp")
 def test_fsdp_warms_up_and_decays_in_the_graphs_of_a_constant_rate(tmp_path):
     fsdp, env = ["--parallelism", "fsdp"], spmd_env(4)
     assert graphs(tmp_path, "linear", *fsdp, *WARM_UP_AND_DECAY["linear"], env=env) == graphs(
@@ -50,6 +55,7 @@ def test_fsdp_warms_up_and_decays_in_the_graphs_of_a_constant_rate(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.machinery
 @pytest.mark.workers
 def test_two_processes_follow_transformers_cosine_schedule_from_0(tmp_path):
     """The rate of every optimizer step in each of 2 processes: transformers' cosine schedule with 2 warm-up steps,
