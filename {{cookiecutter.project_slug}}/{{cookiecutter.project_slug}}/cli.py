@@ -46,10 +46,10 @@ def unknown_flag(parser, remaining: list[str]) -> str:
     flag = given.split("=", 1)[0]
     if flag in REPLACED:
         return f"{flag} is no longer an option: use {REPLACED[flag]}"
-    known = [option for action in parser._actions for option in action.option_strings]
-    closest = RECIPE_NAMES.get(flag) or next(iter(difflib.get_close_matches(flag, known, n=1)), None)
     if not flag.startswith("-"):
         return f"unexpected argument {given!r}: every option is a --flag (python train.py --help lists them)"
+    known = [option for action in parser._actions for option in action.option_strings]
+    closest = RECIPE_NAMES.get(flag) or next(iter(difflib.get_close_matches(flag, known, n=1)), None)
     return f"unknown option {flag}" + (f": did you mean {closest}?" if closest else " (python train.py --help lists them)")
 
 

@@ -9,15 +9,15 @@ def check(config) -> None:
         value = getattr(config, name)
         if value is None and name == "train_batch_size":
             continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not _whole(value, least=1):
             raise ConfigError(f"{name}={value!r}: must be a positive whole number")
 {%- if cookiecutter.task == "causal-lm" %}
-    if not isinstance(config.samples, int) or isinstance(config.samples, bool) or config.samples < 0:
+    if not _whole(config.samples, least=0):
         raise ConfigError(f"samples={config.samples!r}: must be 0 or a positive whole number")
 {%- endif %}
     for name in ("save_steps", "keep_checkpoints"):
         value = getattr(config, name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        if value is not None and not _whole(value, least=1):
             raise ConfigError(f"{name}={value!r}: must be a positive whole number")
     if config.save_minutes is not None and not config.save_minutes > 0:
         raise ConfigError(f"save_minutes={config.save_minutes!r}: must be a positive number")
@@ -42,13 +42,19 @@ def check(config) -> None:
     _check_schedule(config)
     _check_lora(config)
 
+
+def _whole(value, least: int) -> bool:
+    """A whole number (an int, not a bool: True would pass as 1) of at least `least`."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
 def _check_lora(config) -> None:
     if config.lora_r is None:
         for name in ("lora_alpha", "lora_dropout", "lora_target_modules", "merge_lora"):
             if getattr(config, name) not in (None, False):
                 raise ConfigError(f"{name}={getattr(config, name)!r} is for LoRA: set lora_r too (or leave {name} out)")
         return
-    if not isinstance(config.lora_r, int) or isinstance(config.lora_r, bool) or config.lora_r < 1:
+    if not _whole(config.lora_r, least=1):
         raise ConfigError(f"lora_r={config.lora_r!r}: must be a positive whole number (the adapters' rank)")
     if config.lora_alpha is not None and not config.lora_alpha > 0:
         raise ConfigError(f"lora_alpha={config.lora_alpha!r}: must be a positive number")
@@ -67,7 +73,7 @@ def _check_schedule(config) -> None:
         raise ConfigError(f"lr_scheduler_type={config.lr_scheduler_type!r}: must be one of {', '.join(SCHEDULES)}")
     if not 0 <= config.warmup_ratio < 1:
         raise ConfigError(f"warmup_ratio={config.warmup_ratio!r}: must be at least 0 and below 1")
-    if not isinstance(config.warmup_steps, int) or isinstance(config.warmup_steps, bool) or config.warmup_steps < 0:
+    if not _whole(config.warmup_steps, least=0):
         raise ConfigError(f"warmup_steps={config.warmup_steps!r}: must be 0 or a positive whole number")
     if config.warmup_steps and config.warmup_ratio:
         raise ConfigError(f"warmup_steps={config.warmup_steps} and warmup_ratio={config.warmup_ratio}: give one of the two")

@@ -44,11 +44,6 @@ def compile_counts() -> CompileCounts:
     return CompileCounts(**counters) if counters else CompileCounts(None, None, None, None, None, None)
 
 
-def compilations_so_far() -> int | None:
-    """This process's compilation count: one host-side counter, cheap enough to read after every step."""
-    return compilation.compilations_so_far()
-
-
 @contextmanager
 def counting_compilations():
     """Yield a dict filled, on exit, with the compilations made inside the block."""

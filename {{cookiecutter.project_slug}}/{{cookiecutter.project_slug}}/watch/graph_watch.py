@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..xla import compilation
-from .compilations import compilations_so_far
 from .compile_analysis import HOST_READ, Analysis, parse_analyses
 
 # Training compiles three graphs before its steady state: the first step, the first step with
@@ -70,7 +69,7 @@ class GraphWatch:
 
     def start(self) -> None:
         """From here on every new graph is the loop's (the precision check and set-up came before)."""
-        self._count = compilations_so_far() or 0
+        self._count = compilation.compilations_so_far() or 0
         self._read = len(self._analyses())
 
     # The loop's points (callbacks.py).
@@ -94,7 +93,7 @@ class GraphWatch:
     def check(self, phase: str, epoch: int, step: int | None = None, batch=None) -> None:
         """Look for graphs compiled since the last check; call after the step's sync."""
         shapes = batch_shapes(batch) if batch is not None else None
-        new = (compilations_so_far() or 0) - self._count
+        new = (compilation.compilations_so_far() or 0) - self._count
         if phase == "train":
             self._train_steps += 1
             self._time_step(epoch, new)
