@@ -41,14 +41,17 @@ EXAMPLE_WARMUP_STEPS = 100
 LOOP_DIFFERENCES = {
     "project": "fixed padding to max_seq_length; training drops its ragged last batch; evaluation pads its last "
                "batch with masked rows; eval batch = train batch; metrics stay on the device until the end of "
-               "an evaluation; linear decay without warm-up from 0",
+               "an evaluation; linear decay without warm-up from 0; gradients clipped at a global norm of 1.0 (both "
+               "as Trainer's defaults); AdamW's weight decay 0.01",
     "project-no-watch": "the project's loop with --watch_compilations false: what the watch costs",
     "accelerate-example": "Accelerate's examples/nlp_example.py: dynamic padding (to the longest row); train 16, "
                           "eval 32; ragged last batches in training and evaluation; 100 warm-up steps from a "
-                          "learning rate of 0; accuracy moved to the host after every eval batch (.item())",
+                          "learning rate of 0; no gradient clipping; accuracy moved to the host after every eval "
+                          "batch (.item())",
     "trainer": "transformers' Trainer as a user writes it: its default collator pads dynamically; eval batch 8 "
                "(its default); ragged last batches; optim='adamw_torch' (its default fused AdamW fails on an XLA "
-               "device); logits gathered to the host for the accuracy",
+               "device); weight decay 0 (its default); logits gathered to the host for the accuracy (it clips at "
+               "1.0 and decays linearly without warm-up, as the project's loop)",
     "trainer-tpu-tuned": "the same Trainer with padding to max_seq_length, dataloader_drop_last=True and eval "
                          "batch = train batch",
 }

@@ -44,7 +44,9 @@ VIEWS = {
         ("compilations", "recompilations", "compile_seconds", "steady_step_s", "wall_s", "compilations_vs_project",
          "wall_vs_project"),
         "Four training loops on the same model, data, length, epochs and learning rate, in float32, with a ragged "
-        "last training batch and an eval set that is not a multiple of 32: graphs compiled, those compiled after "
+        "last training batch and an eval set that is not a multiple of 32; the project's loop and both Trainer rows "
+        "clip the gradients' global norm at 1.0 and decay the rate linearly from its peak without warm-up (Trainer's "
+        "defaults), Accelerate's example clips nothing and warms up over 100 steps: graphs compiled, those compiled after "
         "warm-up (recompilations, found by the project's watch), compile and wall seconds, the steady step time "
         "(median time between two steps that compiled nothing), and ratios to the project's loop.",
     ),

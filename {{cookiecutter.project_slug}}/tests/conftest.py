@@ -337,14 +337,15 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def workers_command(folder, processes: int, *args, hosts=None):
-    """(command, folder where each process records its pid and learning rates, output_dir) of a gloo run."""
+def workers_command(folder, processes: int, *args, hosts=None, prelude: str = ""):
+    """(command, folder where each process records its pid and learning rates, output_dir) of a gloo run; `prelude`:
+    code run first (before the workers are forked)."""
     record = folder / "learning-rates"
     record.mkdir(parents=True, exist_ok=True)
     output = "outputs" if hosts else str(folder / "outputs")
     places = json.dumps([str(host) for host in hosts]) if hosts else ""
     # Gloo workers are the data layout (torch_xla is hidden from them), whatever the project's default layout.
-    command = python_code(WORKERS, str(processes), str(free_port()), str(record), places, "--output_dir", output,
+    command = python_code(NO_XLA_PRELUDE + prelude + WORKERS.removeprefix(NO_XLA_PRELUDE), str(processes), str(free_port()), str(record), places, "--output_dir", output,
                           "--parallelism", "data", *args)
     return command, record
 
@@ -353,13 +354,13 @@ def recorded_rates(record) -> dict:
     return {int(path.stem.split("-")[1]): json.loads(path.read_text()) for path in record.glob("process-*.json")}
 
 
-def train_in_workers(folder, processes: int, *args, hosts=None, check=True):
+def train_in_workers(folder, processes: int, *args, hosts=None, check=True, prelude: str = ""):
     """Train in `processes` forked gloo workers; return (report or None, process, learning rates per process).
 
     Without `hosts`, output_dir is folder/outputs, shared by every worker. With `hosts` (one folder per
     process), output_dir is the relative "outputs": each worker has its own, like hosts with local disks.
     """
-    command, record = workers_command(folder, processes, *args, hosts=hosts)
+    command, record = workers_command(folder, processes, *args, hosts=hosts, prelude=prelude)
     result = run(command, env=child_env(xla=False), check=check)
     report_file = (Path(hosts[0]) if hosts else folder) / "outputs" / "report.json"
     report = json.loads(report_file.read_text()) if report_file.exists() else None
@@ -396,6 +397,29 @@ try:
 finally:
     with open(record, "w") as out:
         json.dump([loss.item() for loss in losses], out)
+"""
+
+
+# One training run in this process (any layout) that also records the global norm every clip computed (before
+# clipping), read after the run: reading it during the run would be a transfer per step.
+NORMS = """
+import json, sys
+from {{ cookiecutter.project_slug }}.cli import main
+from {{ cookiecutter.project_slug }}.parallel.data import DataParallel
+from {{ cookiecutter.project_slug }}.parallel.fsdp import FsdpV2
+
+record, *argv = sys.argv[1:]
+norms = []
+for layout in (DataParallel, FsdpV2):
+    def recording(self, *args, original=layout.clip_gradients):
+        norms.append(original(self, *args))
+        return norms[-1]
+    layout.clip_gradients = recording
+try:
+    main(argv)
+finally:
+    with open(record, "w") as out:
+        json.dump([float(norm) for norm in norms], out)
 """
 
 

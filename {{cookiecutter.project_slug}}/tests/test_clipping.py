@@ -8,30 +8,10 @@ the loop's machinery: they run in the text-classification data-layout project (t
 import json
 
 import pytest
-from conftest import QUICK, python_code, run, spmd_env, train_in_workers
+from conftest import NORMS, QUICK, python_code, run, spmd_env, train_in_workers
 
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
 
-# The norm every clip computed, read after the run (reading it during the run would be a transfer per step).
-NORMS = """
-import json, sys
-from {{ cookiecutter.project_slug }}.cli import main
-from {{ cookiecutter.project_slug }}.parallel.data import DataParallel
-from {{ cookiecutter.project_slug }}.parallel.fsdp import FsdpV2
-
-record, *argv = sys.argv[1:]
-norms = []
-for layout in (DataParallel, FsdpV2):
-    def recording(self, *args, original=layout.clip_gradients):
-        norms.append(original(self, *args))
-        return norms[-1]
-    layout.clip_gradients = recording
-try:
-    main(argv)
-finally:
-    with open(record, "w") as out:
-        json.dump([float(norm) for norm in norms], out)
-"""
 RUN = [*QUICK, "--mixed_precision", "no", "--checkpoint", "false", "--export", "false"]
 CLIP = 0.2  # below most of the demo's norms (0.17 to 0.53 in its first 6 steps), so that most steps are clipped
 

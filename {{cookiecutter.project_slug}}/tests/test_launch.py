@@ -113,6 +113,23 @@ def test_a_failed_run_exits_non_zero_through_accelerate_launch_on_xla(tmp_path):
     assert [line for line in result.stderr.splitlines() if line.startswith("error: ")] == [BAD_DATA_ERROR]
 
 
+@pytest.mark.xla
+@pytest.mark.machinery
+@pytest.mark.slow
+@pytest.mark.parametrize(("given", "said"), [
+    (["--lr", "1e-4"], "unknown option --lr: did you mean --learning_rate?"),
+    (["--gradient_accumulation_steps", "0"], "gradient_accumulation_steps=0: must be a positive whole number"),
+])
+def test_a_bad_flag_is_one_line_and_exit_status_2_through_accelerate_launch_on_xla(tmp_path, given, said):
+    output = tmp_path / "outputs"
+    result = launch("--config_file", "configs/xla-cpu.yaml", *ENTRY, "--output_dir", str(output), *given,
+                    env=child_env(PJRT_DEVICE="CPU"))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert [line for line in result.stderr.splitlines() if "error: " in line][-1].endswith(f"error: {said}")
+    assert "Traceback" not in result.stderr
+    assert not output.exists()
+
+
 @pytest.mark.workers
 @pytest.mark.machinery
 @pytest.mark.slow

@@ -14,6 +14,7 @@ epoch and its resume, which each task's data-layout project runs on its own batc
 
 import json
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -32,11 +33,13 @@ from {{ cookiecutter.project_slug }}.fault_tolerance.preemption import PREEMPTED
 pytestmark = pytest.mark.layout("data")
 
 EPOCHS = 2
-# Tiny and quick, with 8 steps per epoch so that a kill in a step lands inside the epoch.
+# Tiny and quick, with 8 steps per epoch so that a kill in a step lands inside the epoch. Each step accumulates 2
+# micro-batches of 4 (--gradient_accumulation_steps): a signal that lands while they train (one graph with the
+# update) stops the run after that step, and every kill point below resumes an accumulating run.
 RUN = [
     "--demo", "true", "--max_seq_length", "32", "--max_train_examples", "64", "--num_epochs", str(EPOCHS),
-    "--train_batch_size", "8", "--eval_batch_size", "8", "--mixed_precision", "no", "--compilation_cache", "false",
-    "--max_recompilations", "0",
+    "--train_batch_size", "4", "--gradient_accumulation_steps", "2", "--eval_batch_size", "8", "--mixed_precision",
+    "no", "--compilation_cache", "false", "--max_recompilations", "0",
 ]
 RESUME = [*RUN, "--resume", "true"]
 WEIGHTS = "pytorch_model.bin"
@@ -224,6 +227,33 @@ def test_sigterm_stops_at_a_step_with_a_checkpoint_and_resume_ends_as_the_uninte
     result, report = resume_to_the_end(output, expected, final)
     if progress["epoch_step"]:
         assert f"step {progress['epoch_step']} of epoch {progress['epochs_done'] + 1}" in result.stdout
+
+
+@pytest.mark.xla
+@pytest.mark.machinery
+@pytest.mark.slow
+def test_the_kahan_optimizer_resumes_from_a_step_checkpoint_bit_for_bit(tmp_path):
+    """bf16 weights with Kahan summation (optimi's AdamW): the compensation buffers are optimizer state, saved and
+    loaded with it, so a run resumed at step 3 ends with the uninterrupted run's weights and optimizer state."""
+    kahan = ["--demo", "true", "--max_seq_length", "32", "--max_train_examples", "64", "--num_epochs", "1",
+             "--train_batch_size", "8", "--mixed_precision", "bf16", "--pure_bf16", "cast", "--kahan_summation", "true",
+             "--compilation_cache", "false", "--max_recompilations", "0"]
+    uninterrupted = tmp_path / "uninterrupted"
+    run(python_command("--output_dir", str(uninterrupted), *kahan, "--save_steps", "3", "--keep_checkpoints", "4"))
+    output = tmp_path / "resumed"
+    checkpoints = output / "checkpoints"
+    shutil.copytree(uninterrupted / "checkpoints" / "step-3", checkpoints / "step-3")
+    (checkpoints / LATEST).write_text("step-3")
+    result = run(python_command("--output_dir", str(output), *kahan, "--resume", "true"))
+    assert "resume: continuing after epoch 0, step 3 of epoch 1" in result.stdout
+    final = [folder / "checkpoints" / "epoch-1" for folder in (uninterrupted, output)]
+    assert_same_weights(weights(final[1]), weights(final[0]))
+    optimizers = [torch.load(folder / "optimizer.bin", map_location="cpu", weights_only=True)["state"] for folder in final]
+    assert any("kahan_comp" in state for state in optimizers[0].values())
+    for index, state in optimizers[0].items():
+        assert state.keys() == optimizers[1][index].keys()
+        for name, value in state.items():
+            assert torch.equal(torch.as_tensor(optimizers[1][index][name]), torch.as_tensor(value)), (index, name)
 
 
 @pytest.mark.xla

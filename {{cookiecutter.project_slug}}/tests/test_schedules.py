@@ -1,5 +1,5 @@
 """Learning-rate schedules: a warm-up from 0 and a decay to 0 compile no graph of their own, in either layout and with
-either optimizer; the rates follow transformers' schedules; a bad schedule flag or an unknown flag is one line.
+every optimizer (AdamW, its Kahan-summed form, Adafactor); --max_steps and --eval_steps keep the graphs; the rates follow transformers' schedules; a bad schedule flag or an unknown flag is one line.
 
 At the pretrained rate (2e-5) and the default weight decay (0.01), a rate below 2.98e-6 makes AdamW's
 `1 - lr * weight_decay` exactly 1.0 in float32; torch_xla used to compile that step again, and the first step of a
@@ -7,11 +7,14 @@ warm-up (a rate of exactly 0) too. The runs below reach both, with --max_recompi
 The training tests are the loop's machinery: they run in the text-classification projects (tests/conftest.py).
 """
 
+from pathlib import Path
+
 import pytest
-from conftest import QUICK, child_env, python_command, run, spmd_env, train, train_in_workers
+from conftest import QUICK, child_env, eval_examples, python_command, run, spmd_env, train, train_in_workers
 
 from {{ cookiecutter.project_slug }}.cli import parse
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
+from {{ cookiecutter.project_slug }}.fault_tolerance.checkpointing import read_progress
 
 # 160 demo examples in global batches of 16: 10 optimizer steps, the last ones below 2.98e-6 once the rate decays.
 STEPS = 10
@@ -47,6 +50,22 @@ def test_the_kahan_optimizer_warms_up_and_decays_in_the_graphs_of_a_constant_rat
 
 @pytest.mark.slow
 @pytest.mark.machinery
+@pytest.mark.parametrize("layout", [pytest.param("data"), pytest.param("fsdp", marks=pytest.mark.layout("fsdp"))])
+def test_adafactor_warms_up_and_decays_in_the_demo_graphs_with_a_fraction_of_adamw_state(tmp_path, layout):
+    """transformers' Adafactor: its step count and decay change every step, and still no graph is added (the demo's
+    3 graphs, the count a constant rate compiles); its factored state is a small part of AdamW's two moments."""
+    env = spmd_env(4) if layout == "fsdp" else None
+    report, _ = train(tmp_path, *RUN, "--optim", "adafactor", "--parallelism", layout, *WARM_UP_AND_DECAY["linear"],
+                      env=env)
+    assert report["xla_compilations"] == 3 and report["recompilations"] == 0
+    assert report["learning_rate"]["first_step"] == 0.0 and report["learning_rate"]["after_training"] == 0.0
+    adamw_bytes = 2 * 4 * report["parameters"]["trainable"]  # two float32 moments per weight
+    devices = 4 if layout == "fsdp" else 1
+    assert 0 < report["parameters"]["optimizer_state_bytes_per_device"] < adamw_bytes / devices / 10
+
+
+@pytest.mark.slow
+@pytest.mark.machinery
 @pytest.mark.layout("fsdp")
 def test_fsdp_warms_up_and_decays_in_the_graphs_of_a_constant_rate(tmp_path):
     fsdp, env = ["--parallelism", "fsdp"], spmd_env(4)
@@ -77,7 +96,30 @@ def test_two_processes_follow_transformers_cosine_schedule_from_0(tmp_path):
         assert rates[process] == pytest.approx(expected, rel=1e-12, abs=1e-15)
 
 
+@pytest.mark.slow
+@pytest.mark.machinery
+def test_max_steps_ends_the_run_inside_an_epoch_and_eval_steps_evaluates_inside_epochs_in_the_same_graphs(tmp_path):
+    """6 steps an epoch: --max_steps 8 stops 2 steps into the second of 4 epochs, where the schedule reaches 0 and the
+    last checkpoint is written; --eval_steps 3 evaluates at steps 3 and 8 besides the end of epoch 1 (step 6)."""
+    report, _ = train(tmp_path, *QUICK, "--num_epochs", "4", "--max_steps", "8", "--eval_steps", "3", "--export", "false")
+    assert report["learning_rate"]["optimizer_steps"] == 8 and report["learning_rate"]["after_training"] == 0.0
+    assert (report["epochs"], report["epochs_run"]) == (2, 2)
+    assert [(evaluation["epoch"], evaluation["global_step"]) for evaluation in report["evaluations"]] == [
+        (1, 3), (1, 6), (2, 8)]
+    # Every evaluation counts every eval example once, in the one eval graph; the last one is the report's.
+    assert {evaluation["eval_examples_counted"] for evaluation in report["evaluations"]} == {eval_examples(64)}
+    assert report["evaluations"][-1]["eval_loss"] == report["eval_loss"]
+    assert report["xla_compilations"] == 3 and report["recompilations"] == 0
+    assert report["checkpoint"].endswith("epoch-2")
+    assert read_progress(Path(report["checkpoint"]))["global_step"] == 8
+
+
 @pytest.mark.parametrize(("given", "message"), [
+    ({"max_steps": 0}, "max_steps=0: must be a positive whole number"),
+    ({"optim": "sgd"}, "optim='sgd': must be one of adamw, adafactor"),
+    ({"optim": "adafactor", "kahan_summation": True}, "kahan_summation=True is for optim='adamw' (optimi's AdamW), "
+                                                      "not optim='adafactor'"),
+    ({"eval_steps": -3}, "eval_steps=-3: must be a positive whole number"),
     ({"lr_scheduler_type": "polynomial"}, "lr_scheduler_type='polynomial': must be one of linear, cosine, constant, "
                                           "constant_with_warmup"),
     ({"warmup_ratio": 1.0}, "warmup_ratio=1.0: must be at least 0 and below 1"),

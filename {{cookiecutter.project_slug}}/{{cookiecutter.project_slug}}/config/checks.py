@@ -1,11 +1,11 @@
 """The checks a `TrainConfig` passes when it is made: each refusal is one line naming the field and what is allowed."""
 
-from .defaults import PADDING_MODES, PARALLELISMS, PURE_BF16_CHOICES, SCHEDULES, ConfigError
+from .defaults import OPTIMIZERS, PADDING_MODES, PARALLELISMS, PURE_BF16_CHOICES, SCHEDULES, ConfigError
 
 
 def check(config) -> None:
     """Refuse a value that cannot work, with one line naming the field and what is allowed."""
-    for name in ({% if cookiecutter.task != "causal-lm" %}"num_labels", {% endif %}"train_batch_size", "eval_batch_size", "max_seq_length", "num_epochs"):
+    for name in ({% if cookiecutter.task != "causal-lm" %}"num_labels", {% endif %}"train_batch_size", "gradient_accumulation_steps", "eval_batch_size", "max_seq_length", "num_epochs"):
         value = getattr(config, name)
         if value is None and name == "train_batch_size":
             continue
@@ -15,7 +15,7 @@ def check(config) -> None:
     if not _whole(config.samples, least=0):
         raise ConfigError(f"samples={config.samples!r}: must be 0 or a positive whole number")
 {%- endif %}
-    for name in ("save_steps", "keep_checkpoints"):
+    for name in ("save_steps", "keep_checkpoints", "max_steps", "eval_steps"):
         value = getattr(config, name)
         if value is not None and not _whole(value, least=1):
             raise ConfigError(f"{name}={value!r}: must be a positive whole number")
@@ -39,6 +39,10 @@ def check(config) -> None:
         raise ConfigError("fsdp_layer_class is for parallelism='fsdp' only")
     if config.padding not in PADDING_MODES:
         raise ConfigError(f"padding={config.padding!r}: must be one of {', '.join(PADDING_MODES)}")
+    if config.optim not in OPTIMIZERS:
+        raise ConfigError(f"optim={config.optim!r}: must be one of {', '.join(OPTIMIZERS)}")
+    if config.kahan_summation and config.optim != "adamw":
+        raise ConfigError(f"kahan_summation=True is for optim='adamw' (optimi's AdamW), not optim={config.optim!r}")
     _check_schedule(config)
     _check_lora(config)
 

@@ -12,6 +12,7 @@ from .defaults import (
     DEMO_LEARNING_RATE,
     LORA_DROPOUT,
     LORA_LEARNING_RATE_FACTOR,
+    OPTIMIZERS,
     SCHEDULES,
     TRAIN_BATCH_SIZE,
     switch,
@@ -46,6 +47,11 @@ class TrainConfig:
         metadata={"help": "Per chip: one process's batch with data, one chip's share of the global batch with fsdp. "
                           f"Default: {TRAIN_BATCH_SIZE}; the demo: a global batch of {DEMO_GLOBAL_BATCH} split over the chips."},
     )
+    gradient_accumulation_steps: int = field(
+        default=1,
+        metadata={"help": "Micro-batches of train_batch_size per optimizer step: the global batch is train_batch_size "
+                          "x chips x this. One graph whatever it is."},
+    )
     eval_batch_size: int = field(
         default={{ cookiecutter.eval_batch_size }},
         metadata={"help": "Per chip. Evaluation compiles one graph of its own at any size (its last batch is padded)."},
@@ -61,12 +67,27 @@ class TrainConfig:
     padding: str = field(default="fixed", metadata={"help": "fixed (one shape), buckets, or dynamic (recompiles)."})
 {%- endif %}
     num_epochs: int = {{ cookiecutter.num_epochs }}
+    max_steps: int | None = field(
+        default=None,
+        metadata={"help": "Stop after this many optimizer steps, inside an epoch if need be: the schedule and the "
+                          "checkpoints follow it, and --num_epochs becomes a maximum. Default: --num_epochs decides."},
+    )
+    eval_steps: int | None = field(
+        default=None,
+        metadata={"help": "Also evaluate every this many optimizer steps, inside epochs (the one eval graph). "
+                          "Default: after each epoch only."},
+    )
     learning_rate: float | None = field(
         default=None,
         metadata={"help": "Default: {{ cookiecutter.learning_rate }} for a pretrained model (with --lora_r ten times "
                           "that), 1e-3 for the demo."},
     )
     weight_decay: float = 0.01
+    optim: str = field(
+        default="adamw",
+        metadata={"help": f"The optimizer: {' or '.join(OPTIMIZERS)} (transformers' Adafactor at the run's learning rate "
+                          "and schedule: a factored second moment and no first, less state per weight)."},
+    )
     lr_scheduler_type: str = field(
         default="linear",
         metadata={"help": f"How the learning rate moves over the optimizer steps: {', '.join(SCHEDULES)} (transformers' "
@@ -167,11 +188,12 @@ class TrainConfig:
         return self.warmup_steps or math.ceil(self.warmup_ratio * optimizer_steps)
 
     def per_chip_train_batch(self, demo: bool, replicas: int) -> int:
-        """The per-chip batch: as given, else the demo's global batch split over `replicas` chips, else the bake's."""
+        """The per-chip (micro-)batch: as given, else the demo's global batch split over `replicas` chips and the
+        accumulated micro-batches, else the bake's."""
         if self.train_batch_size is not None:
             return self.train_batch_size
         if demo:
-            return max(1, DEMO_GLOBAL_BATCH // replicas)
+            return max(1, DEMO_GLOBAL_BATCH // (replicas * self.gradient_accumulation_steps))
         return TRAIN_BATCH_SIZE
 
     def resolved_learning_rate(self, demo: bool) -> float:

@@ -51,6 +51,17 @@ def train_loader(examples, collator, batch_size: int, seed: int) -> DataLoader:
     )
 
 
+def micro_batch(batch: dict, count: int, index) -> dict:
+    """The `index`-th of `count` micro-batches of one optimizer step's loader batch (gradient accumulation).
+
+    It holds rows index, index + count, index + 2 x count...: strided, not consecutive, because FSDPv2 splits a batch
+    over the chips in consecutive blocks of rows, and each block then holds its chip's rows of every micro-batch. A
+    micro-batch stays spread over all chips, and taking it moves nothing between them. `index` is a one-element
+    tensor on the batch's device, so that every micro-batch is taken by the same graph (an int would be a constant).
+    """
+    return {name: rows.unflatten(0, (-1, count)).index_select(1, index).select(1, 0) for name, rows in batch.items()}
+
+
 def shuffle_config(seed: int):
     """Accelerate's data loader settings for `train_loader`: its seedable sampler, seeded with the run's seed."""
     from accelerate import DataLoaderConfiguration

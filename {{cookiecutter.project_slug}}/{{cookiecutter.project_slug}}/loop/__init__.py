@@ -1,9 +1,13 @@
 """The training loop and its callbacks: one `training_function` for the script and the notebook, for every layout.
 
-  training.py         training_function, and the loop: fit, train_epoch, train_step, evaluate
+  training.py         training_function, and the loop: fit, train_epoch
+  step.py             train_step: one optimizer step (its micro-batches, clipping, the update)
+  evaluation.py       evaluate: the task's metrics summed exactly on the device
   preparation.py      what a run trains with: examples, model, loaders, optimizer, schedule, placed by the layout
+  optimizers.py       the optimizer --optim names (AdamW, Adafactor; optimi's AdamW with Kahan summation)
   callbacks.py        the loop's named points, which the watch and the fault-tolerance features answer
   run_state.py        where the run stands and what it counted
+  export.py           the trained model written with save_pretrained (peft's adapter folder under LoRA)
   report.py           the report printed at the end and written to report.json
   host_evaluation.py  the task's metrics of a model on the host's CPU in float32 (what tests compare against)
 

@@ -5,6 +5,7 @@ The task (tasks/) says how examples are loaded and batched and which model is bu
 """
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ from ..models.modeling import make_graph_friendly
 from ..precision import bf16_updates
 from ..precision import levels as precision
 from ..tasks import task
+from .optimizers import make_optimizer
 
 
 @dataclass
@@ -30,10 +32,21 @@ class Prepared:
     train_examples: object
     collator: object
     steps_per_epoch: int
-    train_batch_size: int  # per chip (config.per_chip_train_batch)
-    replicas: int  # per-chip batches in one optimizer step
-    optimizer_steps: int
+    train_batch_size: int  # per chip and micro-batch (config.per_chip_train_batch)
+    replicas: int  # chips (or processes) whose batches make one optimizer step
+    accumulation: int  # micro-batches per chip in one optimizer step (--gradient_accumulation_steps)
+    optimizer_steps: int  # of the whole run
     clip: Callable | None  # clips the gradients in the step (the layout's clip at --max_grad_norm); None: no clipping
+
+    @property
+    def epochs(self) -> int:
+        """The epochs the run reaches: its last one may end early, at --max_steps."""
+        return math.ceil(self.optimizer_steps / self.steps_per_epoch)
+
+    @property
+    def global_batch(self) -> int:
+        """One optimizer step's examples: per chip x chips x micro-batches."""
+        return self.train_batch_size * self.replicas * self.accumulation
 
 
 def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precision_report, say) -> Prepared:
@@ -54,27 +67,31 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
 
     collator = task.make_collator(tokenizer, config.padding, config.max_seq_length)
     replicas = layout.replicas(accelerator)  # chips (fsdp) or processes (data) sharing one optimizer step
-    batch_size = config.per_chip_train_batch(demo, replicas)
-    if demo and config.train_batch_size is None and batch_size * replicas != DEMO_GLOBAL_BATCH:
-        say(f"demo: its global batch of {DEMO_GLOBAL_BATCH} does not split evenly over {replicas} chips; "
-            f"{batch_size} per chip, {batch_size * replicas} in all")
-    # A loader batch feeds one chip (data) or all of a host's chips (fsdp).
+    batch_size, accumulation = config.per_chip_train_batch(demo, replicas), config.gradient_accumulation_steps
+    if demo and config.train_batch_size is None and batch_size * replicas * accumulation != DEMO_GLOBAL_BATCH:
+        say(f"demo: its global batch of {DEMO_GLOBAL_BATCH} does not split evenly over {replicas} chips x "
+            f"{accumulation} micro-batches; {batch_size} per chip, {batch_size * replicas * accumulation} in all")
+    # A loader batch is one optimizer step's micro-batches for one chip (data) or all of a host's chips (fsdp): the
+    # step splits it (data/batching.py), so the sampler, resuming and the schedule count optimizer steps.
     per_loader = layout.devices_per_process()
-    train_loader = batching.train_loader(train_examples, collator, batch_size * per_loader, config.seed)
+    train_loader = batching.train_loader(train_examples, collator, batch_size * per_loader * accumulation, config.seed)
     eval_loader = batching.eval_loader(
         eval_examples, collator, config.eval_batch_size * per_loader, layout.loader_shards(accelerator)
     )
     # Trainable parameters only: with LoRA the frozen base gets no optimizer state (models/lora.py).
-    optimizer = bf16_updates.make_optimizer(
-        lora.trainable_parameters(model), learning_rate, config.weight_decay, precision_report.kahan_summation
+    optimizer = make_optimizer(
+        config.optim, lora.trainable_parameters(model), learning_rate, config.weight_decay,
+        precision_report.kahan_summation,
     )
-    steps_per_epoch = len(train_examples) // (batch_size * replicas)
+    steps_per_epoch = len(train_examples) // (batch_size * replicas * accumulation)
     if steps_per_epoch == 0:
+        times = f" x gradient_accumulation_steps={accumulation}" if accumulation > 1 else ""
         raise ConfigError(
-            f"train_batch_size={batch_size}: larger than the {len(train_examples)} training examples "
+            f"train_batch_size={batch_size}{times}: larger than the {len(train_examples)} training examples "
             f"shared by {replicas} {'chips' if layout.name == 'fsdp' else 'process(es)'}; lower it"
         )
-    optimizer_steps = steps_per_epoch * config.num_epochs
+    # --max_steps ends the run sooner than --num_epochs would (the schedule and checkpoints follow it), never later.
+    optimizer_steps = min(steps_per_epoch * config.num_epochs, config.max_steps or steps_per_epoch * config.num_epochs)
     from transformers import get_scheduler
 
     # Sized in the scheduler's own calls: Accelerate's prepared scheduler (data) steps the one it wraps
@@ -93,5 +110,5 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
     clip = functools.partial(layout.clip_gradients, accelerator, model, config.max_grad_norm) if config.max_grad_norm else None
     return Prepared(
         model, optimizer, scheduler, train_loader, eval_loader, tokenizer, data, train_examples, collator,
-        steps_per_epoch, batch_size, replicas, optimizer_steps, clip,
+        steps_per_epoch, batch_size, replicas, accumulation, optimizer_steps, clip,
     )

@@ -13,8 +13,10 @@ from ..watch.compilations import compile_counts
 @dataclass
 class RunState:
     steps_per_epoch: int
-    examples_per_step: int  # train_batch_size x replicas: one optimizer step's examples
-    num_epochs: int
+    examples_per_step: int  # one optimizer step's examples (Prepared.global_batch)
+    num_epochs: int  # epochs the run reaches (fewer than --num_epochs when --max_steps ends it sooner)
+    last_step: int  # the run's last optimizer step (Prepared.optimizer_steps)
+    eval_steps: int | None = None  # also evaluate every this many optimizer steps
     # Position. `step` counts the batches of `epoch` trained, those of a resumed epoch's first part too.
     epoch: int = 0
     step: int = 0
@@ -24,7 +26,8 @@ class RunState:
     resumed_loss: int = 0  # the loss those batches summed, in fixed_point's units
     # Counters and timing.
     train_loss: float | None = None
-    evaluation: dict = field(default_factory=dict)
+    evaluation: dict = field(default_factory=dict)  # the latest evaluation's metrics
+    evaluations: list = field(default_factory=list)  # every evaluation of this run, with its epoch and global step
     trained_examples: int = 0
     seconds: float = 0.0
     steady_examples: int = 0  # epochs after this run's first, compile time taken out
@@ -65,7 +68,7 @@ class RunState:
     def end_training_part(self, skipped: int) -> None:
         """The epoch's training is over: count its examples and seconds (compile time out, after the first epoch)."""
         elapsed = time.perf_counter() - self._epoch_started
-        examples = (self.steps_per_epoch - skipped) * self.examples_per_step
+        examples = (self.step - skipped) * self.examples_per_step
         self.seconds += elapsed
         self.trained_examples += examples
         if self.epoch > self.first_epoch:

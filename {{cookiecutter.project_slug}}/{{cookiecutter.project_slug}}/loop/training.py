@@ -12,7 +12,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..config import TrainConfig
-from ..data.batching import VALID, shuffle_config
+from ..data.batching import shuffle_config
 from ..data.sources import wants_demo
 from ..fault_tolerance import checkpointing
 from ..fault_tolerance.checkpoint_schedule import Checkpoints
@@ -20,7 +20,6 @@ from ..fault_tolerance.loss_guard import LossGuard
 from ..fault_tolerance.preemption import Preemption
 from ..launch import environment, processes
 from ..launch.hosts import process_label
-from ..models import lora
 from ..parallel import layout_for
 from ..precision import levels as precision
 from ..precision.fixed_point import from_fixed
@@ -33,10 +32,13 @@ from ..watch import compilations, compile_analysis
 from ..watch.graph_watch import GraphWatch
 from ..xla import compilation as xla_compilation
 from ..xla import device as devices
+from . import export
 from .callbacks import Callbacks
+from .evaluation import evaluate
 from .preparation import prepare
 from .report import format_table, run_report, write_report
 from .run_state import RunState
+from .step import train_step
 
 
 def training_function(model=None, config: TrainConfig | None = None) -> dict:
@@ -81,7 +83,7 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
     )
     if config.export:
         # After the counting: bringing the weights to the host (read back from shards under fsdp) is not training's.
-        report["exported"] = export(accelerator, layout, tokenizer, config)
+        report["exported"] = export.export(accelerator, layout, tokenizer, config)
 {%- if cookiecutter.task == "causal-lm" %}
     if config.export and config.samples and processes.is_main(accelerator):
         # From the exported folder, on the host: generation compiles nothing on the device (tasks/samples.py).
@@ -106,32 +108,12 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
     return report
 
 
-def export(accelerator, layout, tokenizer, config: TrainConfig) -> str:
-    """The trained model as `save_pretrained` writes it (plain names, CPU tensors): `from_pretrained` loads it anywhere.
-
-    Written once, by the main process; with LoRA the folder is peft's adapter folder (with `--merge_lora` also a
-    merged model beside it: lora.py).
-    """
-    folder = Path(config.export_dir)
-    # Every process takes part: a sharded model is written by each host and put together on the main one.
-    weights = layout.host_state_dict(accelerator, scratch=Path(config.output_dir) / ".export-shards")
-    if processes.is_main(accelerator):
-        model = layout.plain_model(accelerator)
-        if hasattr(model, "peft_config"):
-            lora.export_adapters(model, weights, tokenizer, folder, config.merge_lora)
-        else:
-            model.save_pretrained(folder, state_dict=weights)
-            tokenizer.save_pretrained(folder)
-    processes.barrier(accelerator)
-    return str(folder)
-
-
 def _train(accelerator, layout, model, config: TrainConfig, precision_report, analysis_file=None):
     """(report, tokenizer, data): build the run's parts and state, its callbacks, and fit."""
     say = processes.say_once(accelerator)
     demo = processes.main_process_decides(accelerator, lambda: wants_demo(config))
     parts = prepare(accelerator, layout, model, config, demo, precision_report, say)
-    run = RunState(parts.steps_per_epoch, parts.train_batch_size * parts.replicas, config.num_epochs)
+    run = RunState(parts.steps_per_epoch, parts.global_batch, parts.epochs, parts.optimizer_steps, config.eval_steps)
     guard = LossGuard(accelerator, precision_report.effective, config.resolved_learning_rate(demo), config.output_dir)
     checkpoints = Checkpoints(accelerator, layout, config, say, guard)
     watch = None
@@ -149,19 +131,28 @@ def fit(accelerator, parts, run: RunState, callbacks, guard: LossGuard, layout, 
 
     `guard` (fault_tolerance/loss_guard.py) stops the run at its next read of the device when a loss was not finite.
     """
+
+    def evaluate_now() -> dict:
+        """The eval set's metrics now (after an epoch, or every --eval_steps), kept in the run's evaluations."""
+        run.evaluation = evaluate(
+            accelerator, parts.model, layout.eval_batches(parts.eval_loader), metric_dtype,
+            on_step=lambda step, batch: callbacks.after_eval_step(run, step, batch),
+        )
+        callbacks.after_evaluation(run)
+        run.evaluations.append({"epoch": run.epoch + 1, "global_step": run.global_step, **run.evaluation})
+        return run.evaluation
+
     try:
         callbacks.on_fit_start(run)  # a resumed run's position comes from its checkpoint here
         run.first_learning_rate = parts.scheduler.get_last_lr()[0]
         for epoch in range(run.first_epoch, run.num_epochs):
+            if run.global_step >= run.last_step:  # a resumed run that had reached --max_steps
+                break
             skip = run.begin_epoch(epoch)
             batches = layout.train_batches(accelerator, parts.train_loader, epoch, skip)
-            run.train_loss = train_epoch(accelerator, parts, run, batches, callbacks, guard)
+            run.train_loss = train_epoch(accelerator, parts, run, batches, callbacks, guard, evaluate_now, say)
             run.end_training_part(skip)
-            run.evaluation = evaluate(
-                accelerator, parts.model, layout.eval_batches(parts.eval_loader), metric_dtype,
-                on_step=lambda step, batch: callbacks.after_eval_step(run, step, batch),
-            )
-            callbacks.after_evaluation(run)
+            evaluate_now()
             say(f"epoch {epoch + 1}/{run.num_epochs}: train loss {run.train_loss:.4f}, {task.summary(run.evaluation)}")
             callbacks.at_epoch_end(run)
             run.record_compilations()
@@ -169,62 +160,37 @@ def fit(accelerator, parts, run: RunState, callbacks, guard: LossGuard, layout, 
         callbacks.on_fit_end(run)
 
 
-def train_epoch(accelerator, parts, run: RunState, batches, callbacks, guard: LossGuard) -> float:
-    """One epoch's optimizer steps (a resumed epoch's remaining ones); returns its mean training loss."""
+def train_epoch(accelerator, parts, run: RunState, batches, callbacks, guard: LossGuard, evaluate_now=None,
+                say=print) -> float:
+    """One epoch's optimizer steps (a resumed epoch's remaining ones, up to --max_steps); returns its mean loss.
+
+    Every --eval_steps optimizer steps, `evaluate_now()` evaluates inside the epoch (not at its last step: the
+    epoch's own evaluation follows).
+    """
     parts.model.train()
     guard.begin_epoch(run, run.resumed_loss if run.step else 0)
+    steps = min(len(batches), run.last_step - run.global_step)
     # The bar is not given the loader: tqdm.auto's bar calls iter() on what it wraps, and each iter()
     # of Accelerate's XLA loader starts a prefetch thread that may finish the epoch and advance the
     # shuffle's epoch counter before the real pass starts (another data order in every run).
     # A context, so that a run stopped mid-epoch ends the bar's line before its error message.
-    bar = tqdm(total=run.step + len(batches), initial=run.step, desc=f"epoch {run.epoch + 1}/{run.num_epochs}",
+    bar = tqdm(total=run.step + steps, initial=run.step, desc=f"epoch {run.epoch + 1}/{run.num_epochs}",
                disable=not processes.is_main(accelerator))
     with bar:
-        for batch in batches:
+        for index, batch in enumerate(batches, start=1):
             run.last_learning_rate = parts.scheduler.get_last_lr()[0]
-            guard.add(train_step(accelerator, parts.model, parts.optimizer, parts.scheduler, batch, parts.clip))
+            guard.add(train_step(accelerator, parts.model, parts.optimizer, parts.scheduler, batch, parts.clip,
+                                 parts.accumulation))
             run.after_step()
             devices.sync(accelerator.device)
             callbacks.after_train_step(run, batch)
             bar.update()
+            if run.eval_steps and run.global_step % run.eval_steps == 0 and index < steps:
+                say(f"step {run.global_step}: {task.summary(evaluate_now())}")
+                parts.model.train()
             callbacks.at_step_boundary(run)
+            if index == steps:  # --max_steps reached inside the epoch
+                break
     # One transfer per epoch, the loss and the guard's counters together: reading every step would stall the device.
     total = guard.read(run)
     return from_fixed(total) / max(run.step * accelerator.num_processes, 1)
-
-
-def train_step(accelerator, model, optimizer, scheduler, batch, clip=None):
-    """One optimizer step; returns the loss, detached and still lazy (the caller decides when to sync).
-
-    `clip()` clips the gradients between the backward pass and the update (Prepared.clip). Separate from the epoch
-    loop so that the benchmarks time exactly this step.
-    """
-    batch.pop(VALID, None)
-    loss = model(**batch).loss
-    accelerator.backward(loss)
-    if clip is not None:
-        clip()
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad()
-    return loss.detach()
-
-
-def evaluate(accelerator, model, loader, metric_dtype=torch.float32, on_step=None) -> dict:
-    """The task's metrics over real examples only (masked copies count for nothing), summed on the device.
-
-    Every sum is a whole number (the loss in fixed point), so the result is exact in every precision level.
-    `on_step(step, batch)` runs after each synced step (the graph watch).
-    """
-    model.eval()
-    device = accelerator.device
-    counts = devices.device_zeros(len(task.COUNTS), torch.int64, device)
-    for step, batch in enumerate(loader, start=1):
-        valid = batch.pop(VALID)
-        with torch.no_grad():
-            counts += task.eval_batch(model, batch, valid, metric_dtype)
-        devices.sync(device)
-        if on_step:
-            on_step(step, batch)
-    counts = processes.sum_over_processes(accelerator, counts).tolist()
-    return task.metrics(dict(zip(task.COUNTS, counts, strict=True)))

@@ -1,4 +1,4 @@
-"""What bf16 weights do to AdamW's updates, and the optimizer that keeps them (Kahan summation).
+"""What bf16 weights do to AdamW's updates, and what keeps them (Kahan summation: loop/optimizers.py builds it).
 
 A bf16 number has 8 significant bits: the spacing between neighbours of a weight w is 2**(floor(log2|w|) - 7).
 AdamW moves each weight by about the learning rate per step (its normalised update is at most about 1), so
@@ -44,14 +44,3 @@ def warning(level: str, risk: dict) -> str:
         f"{risk['weights_at_or_above']:g} or larger, where every AdamW update rounds away. "
         "Fix: --pure_bf16 no (bf16 compute, float32 weights) or --kahan_summation true"
     )
-
-
-def make_optimizer(parameters, learning_rate: float, weight_decay: float, kahan_summation: bool):
-    """torch's AdamW; with Kahan summation, optimi's AdamW (the same decoupled weight decay and defaults)."""
-    if not kahan_summation:
-        return torch.optim.AdamW(parameters, lr=learning_rate, weight_decay=weight_decay)
-    from optimi import AdamW
-
-    # foreach and triton off: optimi 0.3 picks Triton only for CUDA tensors, and its foreach path warns that
-    # it is deprecated; the for-loop step is one fused graph on XLA all the same.
-    return AdamW(parameters, lr=learning_rate, weight_decay=weight_decay, kahan_sum=True, foreach=False, triton=False)
