@@ -1,6 +1,6 @@
 """Gradient accumulation (--gradient_accumulation_steps): N micro-batches per optimizer step train as one batch of all
 of them would, on one device, on four sharded ones (FSDPv2) and in two processes, in two graphs more than a run
-without it (whatever N), each micro-batch run on its own so that the device holds one micro-batch's activations.
+without it (one for N = 2), each micro-batch run on its own so that the device holds one micro-batch's activations.
 
 The runs train without dropout (the same masks cannot be drawn for one batch and for its parts) in float32, and
 compare the exported weights. Resuming inside an accumulating run is test_resume.py's: its runs accumulate 2
@@ -91,8 +91,8 @@ def test_four_micro_batches_of_four_train_as_one_batch_of_16_on_one_device_and_o
     for run_report, per_chip in ((accumulating, 4), (fsdp, 1)):
         assert run_report["train_batch"] == {"per_chip": per_chip, "accumulation_steps": 4, "global": 16}
         assert run_report["learning_rate"]["optimizer_steps"] == report["learning_rate"]["optimizer_steps"] == 6
-        # Two graphs more than the demo's 3, whatever the number of micro-batches: the first micro-batch's, the
-        # middle ones', and the last one's with the update (loop/step.py); none after warm-up.
+        # Two graphs more than the demo's 3: the first micro-batch's and the middle ones' (the last one's runs with the
+        # update, in the graph of a step without accumulation: loop/step.py); none after warm-up.
         assert report["xla_compilations"] == 3 and run_report["xla_compilations"] == 5
         assert run_report["recompilations"] == 0
 

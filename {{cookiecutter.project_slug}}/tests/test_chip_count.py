@@ -40,7 +40,8 @@ def test_the_demo_learns_on_eight_fsdp_devices(tmp_path):
     # No --parallelism: an fsdp project's runs take its baked layout (the answer reaches train.py).
     report, _ = train(tmp_path, *DEMO, env=spmd_env(8, long=True))
     assert report["layout"]["parallelism"] == "fsdp" and report["layout"]["mesh"] == {"fsdp": 8}
-    assert report["train_batch"] == {"per_chip": DEMO_GLOBAL_BATCH // 8, "global": DEMO_GLOBAL_BATCH}
+    assert report["train_batch"] == {"per_chip": DEMO_GLOBAL_BATCH // 8, "accumulation_steps": 1,
+                                     "global": DEMO_GLOBAL_BATCH}
     assert report["learning_rate"]["optimizer_steps"] == demo_steps(report)
     assert report["recompilations"] == 0 and report["xla_compilations"] == 3
     assert demo_learned(report), report
@@ -54,7 +55,8 @@ def test_the_demo_learns_on_eight_fsdp_devices(tmp_path):
 def test_the_demo_learns_in_four_data_parallel_processes(tmp_path):
     report, _, rates = train_in_workers(tmp_path, 4, *DEMO)
     assert report["num_processes"] == 4 and len(rates) == 4
-    assert report["train_batch"] == {"per_chip": DEMO_GLOBAL_BATCH // 4, "global": DEMO_GLOBAL_BATCH}
+    assert report["train_batch"] == {"per_chip": DEMO_GLOBAL_BATCH // 4, "accumulation_steps": 1,
+                                     "global": DEMO_GLOBAL_BATCH}
     assert report["learning_rate"]["optimizer_steps"] == demo_steps(report)
     assert all(len(process) == demo_steps(report) for process in rates.values())
     assert demo_learned(report), report

@@ -2,7 +2,8 @@
 full fine-tuning.
 
 One data-layout run of 2 epochs (float32, so that "the same" means bit for bit) is shared by the data layout's tests;
-one fsdp run of 2 epochs on 2 SPMD devices checks the sharded layout and its resume. Each layout's tests run in a
+one fsdp run of 2 epochs on 2 SPMD devices, accumulating 2 micro-batches per step, checks the sharded layout and its
+resume. Each layout's tests run in a
 project of that layout (tests/conftest.py).
 """
 
@@ -19,7 +20,8 @@ from {{ cookiecutter.project_slug }}.tasks import task
 
 LORA = ["--lora_r", "4", "--mixed_precision", "no"]
 DATA_RUN = quick("--num_epochs", "2", *LORA, "--parallelism", "data", "--merge_lora", "true")
-FSDP_RUN = quick("--num_epochs", "2", *LORA, "--parallelism", "fsdp", "--export", "false")
+# The fsdp run also accumulates 2 micro-batches per step (--gradient_accumulation_steps): LoRA's sharded resume with it.
+FSDP_RUN = quick("--num_epochs", "2", *LORA, "--parallelism", "fsdp", "--export", "false", "--gradient_accumulation_steps", "2")
 TRAINED = ("lora_", "modules_to_save")  # what peft names the adapters and the trainable copy of a classifier's head
 METRICS = ("eval_loss", "eval_examples_counted", "eval_perplexity" if TASK == "causal-lm" else "eval_accuracy")
 
@@ -50,7 +52,8 @@ def demo_parts():
 @pytest.mark.slow
 def test_lora_compiles_three_graphs_and_trains_only_the_adapters(request, layout):
     report, _ = request.getfixturevalue(f"{layout}_run")
-    assert (report["xla_compilations"], report["recompilations"]) == (3, 0)
+    # The fsdp run accumulates 2 micro-batches: one graph more, the first micro-batch's (loop/step.py).
+    assert (report["xla_compilations"], report["recompilations"]) == (3 if layout == "data" else 4, 0)
     counts = report["parameters"]
     assert 0 < counts["trainable"] < counts["total"] / 10
     assert report["lora"]["r"] == 4 and report["lora"]["alpha"] == 8  # alpha defaults to 2 x r

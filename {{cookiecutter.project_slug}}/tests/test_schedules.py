@@ -98,10 +98,13 @@ def test_two_processes_follow_transformers_cosine_schedule_from_0(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.machinery
-def test_max_steps_ends_the_run_inside_an_epoch_and_eval_steps_evaluates_inside_epochs_in_the_same_graphs(tmp_path):
+@pytest.mark.parametrize("layout", [pytest.param("data"), pytest.param("fsdp", marks=pytest.mark.layout("fsdp"))])
+def test_max_steps_ends_the_run_inside_an_epoch_and_eval_steps_evaluates_inside_epochs_in_the_same_graphs(tmp_path,
+                                                                                                           layout):
     """6 steps an epoch: --max_steps 8 stops 2 steps into the second of 4 epochs, where the schedule reaches 0 and the
-    last checkpoint is written; --eval_steps 3 evaluates at steps 3 and 8 besides the end of epoch 1 (step 6)."""
-    report, _ = train(tmp_path, *QUICK, "--num_epochs", "4", "--max_steps", "8", "--eval_steps", "3", "--export", "false")
+    last checkpoint is written; --eval_steps 3 evaluates at step 3 besides the ends of epochs 1 (step 6) and 2 (8)."""
+    report, _ = train(tmp_path, *QUICK, "--num_epochs", "4", "--max_steps", "8", "--eval_steps", "3", "--export", "false",
+                      "--parallelism", layout, env=spmd_env(4) if layout == "fsdp" else None)
     assert report["learning_rate"]["optimizer_steps"] == 8 and report["learning_rate"]["after_training"] == 0.0
     assert (report["epochs"], report["epochs_run"]) == (2, 2)
     assert [(evaluation["epoch"], evaluation["global_step"]) for evaluation in report["evaluations"]] == [

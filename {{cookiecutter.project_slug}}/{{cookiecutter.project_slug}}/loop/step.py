@@ -5,8 +5,8 @@ accumulation the step is one graph. With --gradient_accumulation_steps N the dev
 (a sync after each but the last), so that it holds one micro-batch's activations, not the whole step's. Measured
 with XLA's buffer assignment on the CPU, a 128-token demo step: 4 micro-batches of 4 in one graph took 33.1 MiB, as
 one batch of 16 does; one at a time, at most 9.8 MiB a graph (a batch of 4: 9.4). That is at most two graphs more,
-whatever N: the first micro-batch's (the gradients are created), the middle ones' (added to), and the last one's
-with the update.
+whatever N: the first micro-batch's (the gradients are created) and, from 3 micro-batches on, the middle ones' (added
+to); the last one's runs with the update, in the graph a step without accumulation has.
 """
 
 import contextlib

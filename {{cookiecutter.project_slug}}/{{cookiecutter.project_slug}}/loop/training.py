@@ -189,7 +189,8 @@ def train_epoch(accelerator, parts, run: RunState, batches, callbacks, guard: Lo
                 say(f"step {run.global_step}: {task.summary(evaluate_now())}")
                 parts.model.train()
             callbacks.at_step_boundary(run)
-            if index == steps:  # --max_steps reached inside the epoch
+            if index == steps < len(batches):  # --max_steps reached inside the epoch
+                # Only then: a loader left before its end skips its last sync, which moves XLA's random seed.
                 break
     # One transfer per epoch, the loss and the guard's counters together: reading every step would stall the device.
     total = guard.read(run)
