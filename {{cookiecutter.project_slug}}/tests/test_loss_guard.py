@@ -1,7 +1,8 @@
 """A non-finite loss stops the run (loss_guard.py): exit status 3, one line, the last good checkpoint kept.
 
 The NaN is injected in the graph: a forward hook multiplies the training loss by NaN from a chosen optimizer step on,
-counting steps in a device buffer (no host branch, so the run's graphs stay the same at every step).
+counting steps in a device buffer (no host branch, so the run's graphs stay the same at every step), or the
+evaluation's logits. Each task counts its own non-finite eval losses: test_evaluation_counts.py.
 """
 
 import json
@@ -30,7 +31,10 @@ def build_poisoned(*args, **kwargs):
     model.register_buffer("poison_steps", torch.zeros(1, dtype=torch.int64), persistent=False)
 
     def poison(module, inputs, output):
-        if module.training:  # evaluation stays finite: only the training loss is guarded
+        if poison_from == 0:  # 0: the evaluation's logits instead, training stays finite
+            if not module.training:
+                output["logits"] = output["logits"] * float("nan")
+        elif module.training:
             module.poison_steps += 1
             output["loss"] = output["loss"] * torch.where(module.poison_steps >= poison_from, float("nan"), 1.0)[0]
         return output
@@ -93,6 +97,21 @@ def test_a_nan_before_a_step_checkpoint_stops_the_epoch_there(tmp_path):
     assert f"the last good checkpoint, kept, is {kept}" in line and line.endswith(likely_fix("fp32", 1e-3)), line
     assert latest_checkpoint(output) == kept
     assert sorted(path.name for path in (output / "checkpoints").iterdir() if path.is_dir()) == ["step-2"]
+
+
+@pytest.mark.slow
+def test_a_nan_in_the_evaluation_stops_the_run_before_the_epochs_checkpoint(tmp_path):
+    """Evaluation is guarded too: its sums count the non-finite losses (read with them, no transfer of its own)."""
+    output = tmp_path / "outputs"
+    result = poisoned_run(output, 0, "--num_epochs", "2", "--save_steps", "2", "--mixed_precision", "no")
+    assert result.returncode == EXIT_CODE, result.stderr[-3000:]
+    (line,) = error_lines(result)
+    kept = output / "checkpoints" / "step-4"
+    assert "the eval loss was not finite (NaN or infinite) for 120 of the 120 examples evaluated after global step 4 " \
+           "(epoch 1) at precision level fp32" in line, line
+    assert f"the last good checkpoint, kept, is {kept}" in line and line.endswith(likely_fix("fp32", 1e-3)), line
+    assert latest_checkpoint(output) == kept and not (output / "checkpoints" / "epoch-1").exists()
+    assert not (output / "report.json").exists()
 
 
 def test_the_fix_named_follows_the_precision_level():

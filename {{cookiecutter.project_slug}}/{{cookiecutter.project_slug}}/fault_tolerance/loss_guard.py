@@ -1,4 +1,5 @@
-"""The epoch's training loss, summed on the device, and the guard that stops a run whose loss is not finite.
+"""The epoch's training loss, summed on the device, and the guard that stops a run whose loss is not finite (in
+training, or in an evaluation: its sums count the non-finite losses, tasks/).
 
 Once one loss is NaN or infinite its gradients are too, AdamW carries them into every weight, and every later step
 trains nothing: a run that goes on ends "successfully" with a NaN model. Reading the loss after every step to catch
@@ -72,11 +73,26 @@ class LossGuard:
             raise NonFiniteLoss(self.message(run, first, bad, steps))
         return loss_total
 
+    def check_evaluation(self, run, evaluation: dict) -> None:
+        """Stop the run when an evaluation met a non-finite loss (its sums, read anyway, count them), before the
+        epoch's checkpoint: the newest one on disk stays the last good one."""
+        bad = evaluation.get("eval_non_finite_losses")
+        if bad:
+            what = "tokens" if "eval_tokens_counted" in evaluation else "examples"  # the task's unit of loss
+            raise NonFiniteLoss(
+                f"the eval loss was not finite (NaN or infinite) for {bad} of the {evaluation[f'eval_{what}_counted']} "
+                f"{what} evaluated after global step {run.global_step} (epoch {run.epoch + 1}) at precision level "
+                f"{self.level}; {self._kept()}; {likely_fix(self.level, self.learning_rate)}"
+            )
+
+    def _kept(self) -> str:
+        last = checkpointing.latest_checkpoint(self.output_dir)
+        return f"the last good checkpoint, kept, is {last} (--resume continues from it)" if last else (
+            "no checkpoint was written before it")
+
     def message(self, run, first: int, bad: int, steps: int) -> str:
         checked = f"{self.first_step + 1}-{self.first_step + steps}"
-        last = checkpointing.latest_checkpoint(self.output_dir)
-        kept = f"the last good checkpoint, kept, is {last} (--resume continues from it)" if last else (
-            "no checkpoint was written before it")
+        kept = self._kept()
         return (
             f"the training loss was not finite (NaN or infinite) from global step {self.first_step + first} "
             f"({bad} of the {steps * self.accelerator.num_processes} step losses of steps {checked}, epoch "

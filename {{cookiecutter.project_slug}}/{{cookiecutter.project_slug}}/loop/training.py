@@ -138,6 +138,7 @@ def fit(accelerator, parts, run: RunState, callbacks, guard: LossGuard, layout, 
             accelerator, parts.model, layout.eval_batches(parts.eval_loader), metric_dtype,
             on_step=lambda step, batch: callbacks.after_eval_step(run, step, batch),
         )
+        guard.check_evaluation(run, run.evaluation)  # a NaN stops the run before the epoch's checkpoint
         callbacks.after_evaluation(run)
         run.evaluations.append({"epoch": run.epoch + 1, "global_step": run.global_step, **run.evaluation})
         return run.evaluation

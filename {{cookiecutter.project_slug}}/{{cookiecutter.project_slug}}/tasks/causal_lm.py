@@ -33,7 +33,9 @@ DEMO_SHAPE = {
     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
     "num_key_value_heads": 2,
 }
-COUNTS = ("blocks", "tokens", "loss")  # what evaluation sums on the device, all whole numbers
+# What evaluation sums on the device, all whole numbers (the loss in fixed point; the tokens whose loss was not finite,
+# which stop the run: fault_tolerance/loss_guard.py).
+COUNTS = ("blocks", "tokens", "loss", "non_finite")
 AUTO_MODEL = AutoModelForCausalLM  # what loads an exported model (outputs/model)
 
 
@@ -136,7 +138,7 @@ def build_model(config: TrainConfig, demo: bool, vocab_size: int | None = None):
 
 
 def eval_batch(model, batch, valid, metric_dtype):
-    """(real blocks, predicted tokens, their summed loss in fixed point) of one batch, on the device.
+    """(real blocks, predicted tokens, their summed loss in fixed point, non-finite losses) of one batch, on the device.
 
     Each token's loss is rounded to fixed_point's units before the sum, so that the sum over thousands of
     tokens is exact in every precision level (under XLA_USE_BF16 a float sum would move in steps of tens of
@@ -150,7 +152,9 @@ def eval_batch(model, batch, valid, metric_dtype):
         ignore_index=IGNORED, reduction="none",
     ).view(targets.shape)
     counted = (targets != IGNORED).long() * valid.unsqueeze(1)
-    return torch.stack([valid.sum(), counted.sum(), (to_fixed(per_token) * counted).sum()])
+    finite = torch.isfinite(per_token)
+    fixed = torch.where(finite, to_fixed(per_token), 0)  # a NaN would make the integer sum meaningless
+    return torch.stack([valid.sum(), counted.sum(), (fixed * counted).sum(), ((~finite).long() * counted).sum()])
 
 
 def metrics(counts: dict) -> dict:
@@ -161,6 +165,7 @@ def metrics(counts: dict) -> dict:
         "eval_perplexity": math.exp(loss) if loss is not None else None,
         "eval_examples_counted": counts["blocks"],
         "eval_tokens_counted": tokens,
+        "eval_non_finite_losses": counts["non_finite"],
     }
 
 

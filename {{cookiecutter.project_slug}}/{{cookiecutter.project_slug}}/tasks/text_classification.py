@@ -20,7 +20,9 @@ from ..precision.fixed_point import from_fixed, to_fixed
 
 NAME = "text-classification"
 DEMO_SHAPE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
-COUNTS = ("correct", "counted", "loss")  # what evaluation sums on the device, all whole numbers (the loss in fixed point)
+# What evaluation sums on the device, all whole numbers (the loss in fixed point; the examples whose loss was not finite,
+# which stop the run: fault_tolerance/loss_guard.py).
+COUNTS = ("correct", "counted", "loss", "non_finite")
 AUTO_MODEL = AutoModelForSequenceClassification  # what loads an exported model (outputs/model)
 
 
@@ -113,7 +115,8 @@ def build_model(config: TrainConfig, demo: bool, vocab_size: int | None = None):
 
 
 def eval_batch(model, batch, valid, metric_dtype):
-    """(correct examples, counted examples, their summed loss in fixed point) of one batch, on the device.
+    """(correct examples, counted examples, their summed loss in fixed point, non-finite losses) of one batch, on the
+    device.
 
     Each example's loss is computed in `metric_dtype` and rounded to fixed_point's units before the sum, so
     the sum is exact in every precision level. Masked copies (valid 0) count for nothing.
@@ -121,7 +124,9 @@ def eval_batch(model, batch, valid, metric_dtype):
     logits = model(**batch).logits
     per_example = torch.nn.functional.cross_entropy(logits.to(metric_dtype), batch["labels"], reduction="none")
     hits = (logits.argmax(dim=-1) == batch["labels"]).long() * valid
-    return torch.stack([hits.sum(), valid.sum(), (to_fixed(per_example) * valid).sum()])
+    finite = torch.isfinite(per_example)
+    fixed = torch.where(finite, to_fixed(per_example), 0)  # a NaN would make the integer sum meaningless
+    return torch.stack([hits.sum(), valid.sum(), (fixed * valid).sum(), ((~finite).long() * valid).sum()])
 
 
 def metrics(counts: dict) -> dict:
@@ -130,6 +135,7 @@ def metrics(counts: dict) -> dict:
         "eval_accuracy": counts["correct"] / counted if counted else None,
         "eval_loss": from_fixed(counts["loss"]) / counted if counted else None,
         "eval_examples_counted": counted,
+        "eval_non_finite_losses": counts["non_finite"],
     }
 
 
