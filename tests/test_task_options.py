@@ -7,7 +7,7 @@ import sys
 import pytest
 
 CLASSIFIER_ONLY = ("--text_pair_column", "--label_column", "--num_labels")
-NO_OPTIONS = ("checkpoint", "compilation_cache", "watch_compilations", "export")  # bool fields that default to True
+NO_OPTIONS = ("checkpoint", "watch_compilations", "export")  # bool fields that default to True
 
 
 def shown_help(project) -> str:

@@ -78,8 +78,9 @@ from {{ cookiecutter.project_slug }}.cli import main
 main(argv)
 """
 NAMES = ("host-a", "host-b")
+# With the compilation cache (off by default), which each host writes into a folder of its own.
 QUICK_FSDP = ["--parallelism", "fsdp", "--demo", "true", "--max_seq_length", "32", "--max_train_examples", "64",
-              "--train_batch_size", "4", "--max_recompilations", "0"]
+              "--train_batch_size", "4", "--max_recompilations", "0", "--compilation_cache", "true"]
 
 
 def run_hosts(folder: Path, *args, output_dirs=None, env_extra=None):

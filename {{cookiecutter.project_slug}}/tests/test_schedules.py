@@ -114,6 +114,8 @@ def test_max_steps_ends_the_run_inside_an_epoch_and_eval_steps_evaluates_inside_
     assert report["evaluations"][-1]["eval_loss"] == report["eval_loss"]
     assert report["xla_compilations"] == 3 and report["recompilations"] == 0
     assert report["checkpoint"].endswith("epoch-2")
+    # The compilation cache is off by default (test_compilation_cache.py): the report says so, and nothing is written.
+    assert report["compilation_cache"] == {"enabled": False} and not (tmp_path / "outputs" / "xla-cache").exists()
     assert read_progress(Path(report["checkpoint"]))["global_step"] == 8
 
 

@@ -131,7 +131,11 @@ class TrainConfig:
         default=None, metadata={"help": "Also save a checkpoint when this many minutes passed since the last one."}
     )
     keep_checkpoints: int = field(default=2, metadata={"help": "How many of the newest checkpoints to keep."})
-    compilation_cache: bool = switch(True, "Use PyTorch/XLA's persistent compilation cache.")
+    compilation_cache: bool = switch(
+        False, "Write PyTorch/XLA's persistent compilation cache to OUTPUT_DIR/xla-cache. Off by default: torch_xla "
+        "2.9.0 cannot read it back on a TPU (pytorch/xla issue 9094) nor on the CPU, so it costs writes and saves no "
+        "compilation; the report's compilation_cache says what it did."
+    )
     max_train_examples: int | None = field(default=None, metadata={"help": "Use only this many training examples."})
     watch_compilations: bool = switch(
         True, "Watch every XLA compilation: list the graphs in the report and explain each recompilation."

@@ -76,9 +76,10 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
         xla_compilations=compiled["compilations"],
         compile_seconds=compiled["compile_seconds"],
         device_to_host_transfers=compiled["device_to_host_transfers"],
-        compilation_cache=None if cache_dir is None else {
-            "folder": str(cache_dir), "hits": compiled["cache_hits"], "misses": compiled["cache_misses"],
-            "read_failures": compiled["cache_read_failures"],
+        compilation_cache={"enabled": False} if cache_dir is None else {
+            "enabled": True, "folder": str(cache_dir), "hits": compiled["cache_hits"], "misses": compiled["cache_misses"],
+            "read_failures": compiled["cache_read_failures"], "what_it_did": compilations.cache_summary(
+                compiled["cache_hits"], compiled["cache_misses"], compiled["cache_read_failures"]),
         },
     )
     if config.export:
