@@ -49,8 +49,8 @@ class TrainConfig:
     )
     gradient_accumulation_steps: int = field(
         default=1,
-        metadata={"help": "Micro-batches of train_batch_size per optimizer step: the global batch is train_batch_size "
-                          "x chips x this. One graph whatever it is."},
+        metadata={"help": "Micro-batches of train_batch_size per optimizer step, run one at a time: the global batch "
+                          "is train_batch_size x chips x this. At most two graphs more, whatever it is."},
     )
     eval_batch_size: int = field(
         default={{ cookiecutter.eval_batch_size }},

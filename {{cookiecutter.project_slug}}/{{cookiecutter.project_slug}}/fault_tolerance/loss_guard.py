@@ -14,7 +14,7 @@ newest one written before the failure (the last good one) stays on disk.
 import torch
 
 from ..launch import processes
-from ..precision.fixed_point import to_fixed
+from ..precision.fixed_point import finite_to_fixed
 from ..xla import device as devices
 from . import checkpointing
 
@@ -50,11 +50,9 @@ class LossGuard:
 
     def add(self, loss) -> None:
         """After a step: add its (lazy) loss, in the step's graph."""
-        loss = loss.reshape(())
-        bad = (~torch.isfinite(loss)).to(torch.int64)
+        fixed, bad = finite_to_fixed(loss.reshape(()))
         steps = self.values[STEPS] + 1
         first = torch.where((self.values[FIRST_BAD] == 0) & (bad > 0), steps, self.values[FIRST_BAD])
-        fixed = torch.where(bad > 0, 0, to_fixed(loss))  # a NaN would make the integer sum meaningless
         self.values = torch.stack([self.values[LOSS] + fixed, steps, self.values[BAD] + bad, first])
 
     def read(self, run) -> int:

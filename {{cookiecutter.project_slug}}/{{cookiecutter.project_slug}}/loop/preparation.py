@@ -68,9 +68,10 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
     collator = task.make_collator(tokenizer, config.padding, config.max_seq_length)
     replicas = layout.replicas(accelerator)  # chips (fsdp) or processes (data) sharing one optimizer step
     batch_size, accumulation = config.per_chip_train_batch(demo, replicas), config.gradient_accumulation_steps
-    if demo and config.train_batch_size is None and batch_size * replicas * accumulation != DEMO_GLOBAL_BATCH:
+    global_batch = batch_size * replicas * accumulation  # Prepared.global_batch
+    if demo and config.train_batch_size is None and global_batch != DEMO_GLOBAL_BATCH:
         say(f"demo: its global batch of {DEMO_GLOBAL_BATCH} does not split evenly over {replicas} chips x "
-            f"{accumulation} micro-batches; {batch_size} per chip, {batch_size * replicas * accumulation} in all")
+            f"{accumulation} micro-batches; {batch_size} per chip, {global_batch} in all")
     # A loader batch is one optimizer step's micro-batches for one chip (data) or all of a host's chips (fsdp): the
     # step splits it (data/batching.py), so the sampler, resuming and the schedule count optimizer steps.
     per_loader = layout.devices_per_process()
@@ -83,15 +84,16 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
         config.optim, lora.trainable_parameters(model), learning_rate, config.weight_decay,
         precision_report.kahan_summation,
     )
-    steps_per_epoch = len(train_examples) // (batch_size * replicas * accumulation)
+    steps_per_epoch = len(train_examples) // global_batch
     if steps_per_epoch == 0:
         times = f" x gradient_accumulation_steps={accumulation}" if accumulation > 1 else ""
         raise ConfigError(
             f"train_batch_size={batch_size}{times}: larger than the {len(train_examples)} training examples "
             f"shared by {replicas} {'chips' if layout.name == 'fsdp' else 'process(es)'}; lower it"
         )
-    # --max_steps ends the run sooner than --num_epochs would (the schedule and checkpoints follow it), never later.
-    optimizer_steps = min(steps_per_epoch * config.num_epochs, config.max_steps or steps_per_epoch * config.num_epochs)
+    optimizer_steps = steps_per_epoch * config.num_epochs
+    if config.max_steps:  # it ends the run sooner than --num_epochs would (the schedule and checkpoints follow), never later
+        optimizer_steps = min(optimizer_steps, config.max_steps)
     from transformers import get_scheduler
 
     # Sized in the scheduler's own calls: Accelerate's prepared scheduler (data) steps the one it wraps

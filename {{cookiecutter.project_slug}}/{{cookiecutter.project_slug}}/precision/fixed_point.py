@@ -17,6 +17,13 @@ def to_fixed(losses):
     return torch.round(losses * SCALE).long()
 
 
+def finite_to_fixed(losses):
+    """(the losses as to_fixed gives them, 0 where not finite; 1 where not finite, else 0), both int64: a NaN would
+    make an integer sum meaningless, so it is counted instead (the loss guard's steps, the evaluations' examples)."""
+    finite = torch.isfinite(losses)
+    return torch.where(finite, to_fixed(losses), 0), (~finite).long()
+
+
 def from_fixed(total) -> float:
     """A summed int64 (a Python int, read from the device) back in nats."""
     return int(total) / SCALE

@@ -24,7 +24,7 @@ from ..config import ATTENTION, PADDING_MODES, TrainConfig
 from ..data.hub import from_hub_or_folder
 from ..data.sources import load_text_data
 from ..data.tokenizer import load_tokenizer
-from ..precision.fixed_point import from_fixed, to_fixed
+from ..precision.fixed_point import finite_to_fixed, from_fixed
 from . import instructions
 from .instructions import IGNORED
 
@@ -152,9 +152,8 @@ def eval_batch(model, batch, valid, metric_dtype):
         ignore_index=IGNORED, reduction="none",
     ).view(targets.shape)
     counted = (targets != IGNORED).long() * valid.unsqueeze(1)
-    finite = torch.isfinite(per_token)
-    fixed = torch.where(finite, to_fixed(per_token), 0)  # a NaN would make the integer sum meaningless
-    return torch.stack([valid.sum(), counted.sum(), (fixed * counted).sum(), ((~finite).long() * counted).sum()])
+    fixed, non_finite = finite_to_fixed(per_token)
+    return torch.stack([valid.sum(), counted.sum(), (fixed * counted).sum(), (non_finite * counted).sum()])
 
 
 def metrics(counts: dict) -> dict:

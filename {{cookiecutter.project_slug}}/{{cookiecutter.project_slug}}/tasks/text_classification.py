@@ -16,7 +16,7 @@ from ..data.formats import TaskChecks, no_column
 from ..data.hub import from_hub_or_folder
 from ..data.sources import load_text_data
 from ..data.tokenizer import load_tokenizer
-from ..precision.fixed_point import from_fixed, to_fixed
+from ..precision.fixed_point import finite_to_fixed, from_fixed
 
 NAME = "text-classification"
 DEMO_SHAPE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
@@ -124,9 +124,8 @@ def eval_batch(model, batch, valid, metric_dtype):
     logits = model(**batch).logits
     per_example = torch.nn.functional.cross_entropy(logits.to(metric_dtype), batch["labels"], reduction="none")
     hits = (logits.argmax(dim=-1) == batch["labels"]).long() * valid
-    finite = torch.isfinite(per_example)
-    fixed = torch.where(finite, to_fixed(per_example), 0)  # a NaN would make the integer sum meaningless
-    return torch.stack([hits.sum(), valid.sum(), (fixed * valid).sum(), ((~finite).long() * valid).sum()])
+    fixed, non_finite = finite_to_fixed(per_example)
+    return torch.stack([hits.sum(), valid.sum(), (fixed * valid).sum(), (non_finite * valid).sum()])
 
 
 def metrics(counts: dict) -> dict:
