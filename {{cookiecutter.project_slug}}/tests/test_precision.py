@@ -71,7 +71,7 @@ from {{ cookiecutter.project_slug }} import cli
 from {{ cookiecutter.project_slug }}.tasks import task
 
 record, *argv = sys.argv[1:]
-losses, original_load, original_fixed, original_build = [], task.load_examples, task.to_fixed, task.build_model
+losses, original_load, original_fixed, original_build = [], task.load_examples, task.finite_to_fixed, task.build_model
 
 def load_examples(config, demo):
     limit, config.max_train_examples = config.max_train_examples, None
@@ -88,7 +88,7 @@ def build_model(*args, **kwargs):
     torch.save({name: tensor.detach().clone() for name, tensor in model.state_dict().items()}, record + "/initial.pt")
     return model
 
-task.load_examples, task.to_fixed, task.build_model = load_examples, recording, build_model
+task.load_examples, task.finite_to_fixed, task.build_model = load_examples, recording, build_model
 try:
     cli.main(argv)
 finally:
