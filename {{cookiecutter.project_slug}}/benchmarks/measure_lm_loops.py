@@ -24,7 +24,7 @@ from {{ cookiecutter.project_slug }}.config import DEMO_GLOBAL_BATCH, DEMO_LEARN
 from {{ cookiecutter.project_slug }}.loop import training
 from {{ cookiecutter.project_slug }}.precision import levels as precision
 from {{ cookiecutter.project_slug }}.tasks import task
-from {{ cookiecutter.project_slug }}.watch import compilations
+from {{ cookiecutter.project_slug }}.watch import compilations, flops
 from {{ cookiecutter.project_slug }}.xla import device as devices
 
 from .baseline_watch import baseline_watch, recording, trainer_callback
@@ -106,7 +106,8 @@ def _use_devices(count: int) -> None:
 
 
 def _row(loop: str, work: Workload, graphs, compile_seconds, recompilations, causes: dict, steady_step_s, wall,
-         **figures) -> dict:
+         flops_per_token: int, **figures) -> dict:
+    tokens_per_second = work.tokens_per_step / steady_step_s if steady_step_s else None
     return {
         "loop": loop, "differences": LOOP_DIFFERENCES[loop], "status": "ok", "graphs": graphs,
         "recompilations": recompilations,
@@ -114,7 +115,10 @@ def _row(loop: str, work: Workload, graphs, compile_seconds, recompilations, cau
         "recompilation_causes": re.sub(r"[^\s(]*site-packages/", "", "; ".join(f"{key} x{n}" for key, n in causes.items()))
         or "none",
         "compile_seconds": compile_seconds,
-        "steady_tokens_per_second": work.tokens_per_step / steady_step_s if steady_step_s else None,
+        "steady_tokens_per_second": tokens_per_second,
+        # Computed from the tokens per second and the model's FLOPs per token (watch/flops.py), over the devices.
+        "model_flops_per_second_per_chip": flops_per_token * tokens_per_second / figures["devices"]
+        if tokens_per_second else None,
         "steady_step_s": steady_step_s, "wall_s": wall, "optimizer_steps": work.optimizer_steps,
         "max_seq_length": work.max_seq_length, "global_batch": work.global_batch, **figures,
     }
@@ -149,7 +153,7 @@ def project_loop(profile: Profile, output_dir: str, fsdp: bool = False) -> dict:
     return _row(
         "project-fsdp" if fsdp else "project", work, report["xla_compilations"], report["compile_seconds"],
         report["recompilations"], report["graphs"]["recompilation_causes"], report["steady_step_seconds"], wall,
-        devices=report["layout"].get("devices", count), device=report["device"], eval_loss=report["eval_loss"],
+        report["flops"]["model_flops_per_token"], devices=report["layout"].get("devices", count), device=report["device"], eval_loss=report["eval_loss"],
     )
 
 
@@ -215,6 +219,7 @@ def sft_loop(profile: Profile, output_dir: str, setup: str = "sft-as-written") -
         train = datasets.Dataset.from_dict({"input_ids": _real_blocks(train_blocks)})
         evaluation = datasets.Dataset.from_dict({"input_ids": _real_blocks(eval_blocks)})
         model = task.build_model(config, demo=True, vocab_size=len(tokenizer))
+        flops_per_token = flops.model_flops_per_token(model, work.max_seq_length)  # the same model as the project's
         arguments = SFTConfig(
             output_dir=output_dir, num_train_epochs=work.epochs, learning_rate=work.learning_rate,
             per_device_train_batch_size=work.global_batch, max_length=work.max_seq_length, bf16=False,
@@ -231,7 +236,7 @@ def sft_loop(profile: Profile, output_dir: str, setup: str = "sft-as-written") -
     assert steps == work.optimizer_steps, (steps, work)
     return _row(
         setup, work, compiled["compilations"], compiled["compile_seconds"], watch.recompilations,
-        watch.recompilation_causes(), watch.steady_step_seconds(), wall, devices=count,
+        watch.recompilation_causes(), watch.steady_step_seconds(), wall, flops_per_token, devices=count,
         device=devices.device_kind(trainer.args.device), eval_loss=seen.get("metrics", {}).get("eval_loss"),
     )
 

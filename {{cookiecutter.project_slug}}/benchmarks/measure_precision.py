@@ -64,7 +64,7 @@ def run_mode(mode: graph_types.Mode, model_name: str, profile: Profile) -> dict:
     def step(batch):
         context = torch.autocast("xla", dtype=torch.bfloat16) if mode.autocast else contextlib.nullcontext()
         with context:
-            return training.train_step(accelerator, model, optimizer, scheduler, batch)
+            return training.train_step(accelerator, model, optimizer, scheduler, batch).loss
 
     import torch_xla
 

@@ -42,8 +42,11 @@ LOOP_DIFFERENCES = {
     "project": "fixed padding to max_seq_length; training drops its ragged last batch; evaluation pads its last "
                "batch with masked rows; eval batch = train batch; metrics stay on the device until the end of "
                "an evaluation; linear decay without warm-up from 0; gradients clipped at a global norm of 1.0 (both "
-               "as Trainer's defaults); AdamW's weight decay 0.01",
+               "as Trainer's defaults); AdamW's weight decay 0.01; a log every 10 optimizer steps (the default)",
     "project-no-watch": "the project's loop with --watch_compilations false: what the watch costs",
+    "project-no-logs": "the project's loop with --logging_steps 0: no log read at all",
+    "project-log-every-step": "the project's loop with --logging_steps 1: each step's loss sums and gradient norm read "
+                              "on the metrics log's own thread",
     "accelerate-example": "Accelerate's examples/nlp_example.py: dynamic padding (to the longest row); train 16, "
                           "eval 32; ragged last batches in training and evaluation; 100 warm-up steps from a "
                           "learning rate of 0; no gradient clipping; accuracy moved to the host after every eval "
@@ -53,7 +56,9 @@ LOOP_DIFFERENCES = {
                "device); weight decay 0 (its default); logits gathered to the host for the accuracy (it clips at "
                "1.0 and decays linearly without warm-up, as the project's loop)",
     "trainer-tpu-tuned": "the same Trainer with padding to max_seq_length, dataloader_drop_last=True and eval "
-                         "batch = train batch",
+                         "batch = train batch (no logs: logging_strategy='no')",
+    "trainer-tpu-tuned-log-every-step": "the TPU-tuned Trainer with logging_steps=1: its loss read on the host "
+                                        "(.item()) at every log",
 }
 
 
@@ -139,20 +144,22 @@ def _watched(loop: str, watch, compiled: dict, wall: float, **figures) -> dict:
     )
 
 
-def project_loop(profile: Profile, output_dir: str, watch: bool = True, **overrides) -> dict:
+def project_loop(profile: Profile, output_dir: str, watch: bool = True, loop: str | None = None, **overrides) -> dict:
+    """The project's training_function; `loop` names a row that changes `overrides` (LOOP_DIFFERENCES)."""
     config = compare_config(profile, output_dir, watch_compilations=watch, **overrides)
     started = time.perf_counter()
     report = training.training_function(config=config)
     wall = time.perf_counter() - started
     causes = report["graphs"]["recompilation_causes"] if watch else None
     return _result(
-        "project" if watch else "project-no-watch", report["xla_compilations"], report["compile_seconds"],
+        loop or ("project" if watch else "project-no-watch"), report["xla_compilations"], report["compile_seconds"],
         report["recompilations"], causes, report["steady_step_seconds"], wall,
         device=report["device"], epochs=config.num_epochs, train_examples=report["train_examples"],
         train_batch_size=config.per_chip_train_batch(True, 1),
         eval_accuracy=report["eval_accuracy"], device_to_host_transfers=report["device_to_host_transfers"],
         steady_examples_per_second=report["steady_examples_per_second"],
         checkpoints_written=report["checkpoints_written"], checkpoint_seconds=report["checkpoint_seconds"],
+        logging_steps=config.logging_steps, logs=report["logging"]["logs"],
     )
 
 
@@ -213,8 +220,9 @@ def accelerate_example_loop(profile: Profile, output_dir: str) -> dict:
     )
 
 
-def trainer_loop(profile: Profile, output_dir: str, tuned: bool = False) -> dict:
-    """BASELINE, not the project's code: transformers' Trainer, as a user writes it or with its TPU settings."""
+def trainer_loop(profile: Profile, output_dir: str, tuned: bool = False, logging_steps: int = 0) -> dict:
+    """BASELINE, not the project's code: transformers' Trainer, as a user writes it or with its TPU settings; with
+    `logging_steps`, logging the loss that often (its own way: a host read at each log)."""
     import numpy
     from transformers import Trainer, TrainingArguments
 
@@ -236,7 +244,8 @@ def trainer_loop(profile: Profile, output_dir: str, tuned: bool = False) -> dict
             output_dir=output_dir, num_train_epochs=config.num_epochs, learning_rate=config.resolved_learning_rate(True),
             per_device_train_batch_size=config.per_chip_train_batch(True, 1),
             per_device_eval_batch_size=config.eval_batch_size if tuned else 8,
-            eval_strategy="epoch", save_strategy="no", logging_strategy="no", report_to=[], disable_tqdm=True,
+            eval_strategy="epoch", save_strategy="no", logging_strategy="steps" if logging_steps else "no",
+            logging_steps=logging_steps or 500, report_to=[], disable_tqdm=True,
             optim="adamw_torch", seed=config.seed, dataloader_drop_last=tuned,
         )
         trainer = Trainer(
@@ -245,8 +254,9 @@ def trainer_loop(profile: Profile, output_dir: str, tuned: bool = False) -> dict
             callbacks=[trainer_callback(watch, shapes)],
         )
         trainer.train()  # evaluates after every epoch
+    name = "trainer-tpu-tuned" if tuned else "trainer"
     return _watched(
-        "trainer-tpu-tuned" if tuned else "trainer", watch, compiled, time.perf_counter() - started,
+        f"{name}-log-every-step" if logging_steps == 1 else name, watch, compiled, time.perf_counter() - started,
         device=devices.device_kind(trainer.args.device), epochs=config.num_epochs, train_examples=len(train_examples),
-        eval_accuracy=shapes["metrics"].get("eval_accuracy"),
+        eval_accuracy=shapes["metrics"].get("eval_accuracy"), logging_steps=logging_steps,
     )

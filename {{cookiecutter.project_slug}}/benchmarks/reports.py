@@ -50,6 +50,13 @@ VIEWS = {
         "warm-up (recompilations, found by the project's watch), compile and wall seconds, the steady step time "
         "(median time between two steps that compiled nothing), and ratios to the project's loop.",
     ),
+    "logging: cost": View(
+        ("logging_steps", "steady_step_s", "no_logs_steady_step_s", "steady_step_vs_no_logs", "logs",
+         "device_to_host_transfers", "compilations"),
+        "The steady step time (median time between two steps that compiled nothing) with a log at every step, "
+        "against the same loop without logs, measured in the same run: the project's loop, which reads each log on "
+        "a thread of its own, and the TPU-tuned Trainer, which reads the loss on the host at each log.",
+    ),
     "precision": View(
         ("model", "mode", "graph_types", "step_median_s", "state_bytes", "loss_drift", "compilations"),
         "What each bf16 mode puts in the graph (element types read from the lowered graph), the bytes of weights "
@@ -105,12 +112,14 @@ VIEWS = {
     ),
     "causal-lm: loops": View(
         # The graphs' ratio is left out: the project's 3 are in the same column.
-        ("graphs", "recompilations", "compile_seconds", "steady_tokens_per_second", "wall_s",
-         "tokens_per_second_vs_project", "wall_vs_project"),
+        ("graphs", "recompilations", "compile_seconds", "steady_tokens_per_second", "model_flops_per_second_per_chip",
+         "wall_s", "tokens_per_second_vs_project", "wall_vs_project"),
         "The project's loop and TRL's SFTTrainer on one workload (the demo's tiny Llama, same seed, the same packed "
         "blocks, global batch 16, the same optimizer steps and learning rate, an evaluation after each epoch, float32): "
         "graphs compiled, those after warm-up (recompilations, found by the project's watch), compile and wall "
-        "seconds, real tokens per second at the steady step time, and ratios to the project's loop. A set-up that "
+        "seconds, real tokens per second at the steady step time, the model FLOP/s per chip they come to (computed from "
+        "those tokens and the model's FLOPs per token, 6N + 12LHQT, not measured), and ratios to the project's loop. "
+        "A set-up that "
         "does not train on XLA here says why under the table.",
     ),
     "lora": View(

@@ -3,6 +3,8 @@ and four training loops side by side: the project's, Accelerate's NLP example, a
 as a user writes it and with its TPU settings.
 """
 
+import functools
+
 import pytest
 
 from {{ cookiecutter.project_slug }}.config import TrainConfig
@@ -119,6 +121,30 @@ def test_trainer_loop(benchmark, profile, loops, tuned):
     result = benchmark.pedantic(isolation.run, args=(trainer_loop, profile, folder, tuned), rounds=1, iterations=1)
     compare(benchmark, loops, result)
     assert result["compilations"] > loops["project"]["compilations"]
+
+
+@pytest.mark.benchmark(group="logging: cost")
+@pytest.mark.parametrize("loop", ["project-no-logs", "project-log-every-step", "trainer-tpu-tuned-log-every-step"])
+def test_logging_cost(benchmark, profile, loops, loop):
+    """The steady step time with a log at every step against none, in one run: the project's loop, whose log is read
+    on a thread of its own, and the TPU-tuned Trainer, whose log is a host read (`.item()`) in its loop."""
+    folder = str(loops["folder"] / loop)
+    if loop.startswith("project"):
+        logging = functools.partial(project_loop, logging_steps=0 if loop == "project-no-logs" else 1)
+        result = benchmark.pedantic(isolation.run, args=(logging, profile, folder, True, loop), rounds=1, iterations=1)
+        never = loops.get("project-no-logs", result)
+    else:
+        result = benchmark.pedantic(isolation.run, args=(trainer_loop, profile, folder, True, 1), rounds=1, iterations=1)
+        never = loops.get("trainer-tpu-tuned") or isolation.run(trainer_loop, profile, folder + "-never", True)
+    loops[loop] = result
+    ratio = result["steady_step_s"] / never["steady_step_s"] if result["steady_step_s"] and never["steady_step_s"] else None
+    benchmark.extra_info.update(result, headline="steady_step_vs_no_logs", steady_step_vs_no_logs=ratio,
+                                no_logs_steady_step_s=never["steady_step_s"])
+    assert result["steady_step_s"] and result["steady_step_s"] > 0
+    if loop == "project-log-every-step":
+        # The same graphs, and only the logs' own reads: two per log (the loss sums and the gradient norm).
+        assert result["logs"] > 0 and result["compilations"] == never["compilations"]
+        assert result["device_to_host_transfers"] == never["device_to_host_transfers"] + 2 * result["logs"]
 
 
 @pytest.mark.benchmark(group="recompilation: compilation cache")

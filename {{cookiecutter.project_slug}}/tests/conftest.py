@@ -396,7 +396,7 @@ try:
     main(argv)
 finally:
     with open(record, "w") as out:
-        json.dump([loss.item() for loss in losses], out)
+        json.dump([step.loss.item() for step in losses], out)
 """
 
 

@@ -33,13 +33,14 @@ from {{ cookiecutter.project_slug }}.fault_tolerance.preemption import PREEMPTED
 pytestmark = pytest.mark.layout("data")
 
 EPOCHS = 2
+LOGGING_STEPS = 3  # logs at steps 3 and 6 of epoch 1, 9, 12 and 15 of epoch 2: a resumed run appends after its step
 # Tiny and quick, with 8 steps per epoch so that a kill in a step lands inside the epoch. Each step accumulates 2
 # micro-batches of 4 (--gradient_accumulation_steps): a signal that lands while they train (one graph with the
 # update) stops the run after that step, and every kill point below resumes an accumulating run.
 RUN = [
     "--demo", "true", "--max_seq_length", "32", "--max_train_examples", "64", "--num_epochs", str(EPOCHS),
     "--train_batch_size", "4", "--gradient_accumulation_steps", "2", "--eval_batch_size", "8", "--mixed_precision",
-    "no", "--compilation_cache", "false", "--max_recompilations", "0",
+    "no", "--compilation_cache", "false", "--max_recompilations", "0", "--logging_steps", str(LOGGING_STEPS),
 ]
 RESUME = [*RUN, "--resume", "true"]
 WEIGHTS = "pytorch_model.bin"
@@ -176,6 +177,7 @@ def test_killed_three_times_resumes_to_the_uninterrupted_result(reference, tmp_p
     # 4. Resume to the end.
     result = run(python_command("--output_dir", str(output), *RESUME))
     report = json.loads((output / "report.json").read_text())
+    assert_same_logs(output, final.parent.parent, resumed_at=8)
     assert "resume: continuing after epoch 1" in result.stdout
     assert latest(output) == "epoch-2" and not (checkpoints / ".epoch-2.partial").exists()
     assert report["epochs_run"] == 1
@@ -183,13 +185,31 @@ def test_killed_three_times_resumes_to_the_uninterrupted_result(reference, tmp_p
     assert {name: report[name] for name in METRICS} == {name: expected[name] for name in METRICS}
 
 
-def resume_to_the_end(output, expected, final):
-    """Resume to the end: the same weights and metrics as the uninterrupted run."""
+def resume_to_the_end(output, expected, final, resumed_at: int):
+    """Resume to the end: the same weights, metrics and logs as the uninterrupted run."""
     result = run(python_command("--output_dir", str(output), *RESUME))
     report = json.loads((output / "report.json").read_text())
     assert_same_weights(weights(output / "checkpoints" / f"epoch-{EPOCHS}"), weights(final))
     assert {name: report[name] for name in METRICS} == {name: expected[name] for name in METRICS}
+    assert_same_logs(output, final.parent.parent, resumed_at)
     return result, report
+
+
+def assert_same_logs(output, uninterrupted, resumed_at: int) -> None:
+    """metrics.jsonl after resuming from global step `resumed_at`: each step's line once, as the uninterrupted run's.
+    A log whose window reaches back past that step covers only the steps since it; every other one is the same."""
+    lines = [[json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+             for folder in (output, uninterrupted)]
+    found, expected = ([(record["step"], "eval_loss" in record) for record in records] for records in lines)
+    assert found == expected, (found, expected)
+    for record, reference in zip(*lines, strict=True):
+        if "eval_loss" in record:
+            assert record["eval_loss"] == reference["eval_loss"]
+            continue
+        assert record["learning_rate"] == reference["learning_rate"]
+        epoch_start = (record["step"] - 1) // 8 * 8
+        if max(record["step"] - LOGGING_STEPS, epoch_start) >= resumed_at:
+            assert (record["loss"], record["grad_norm"]) == (reference["loss"], reference["grad_norm"]), record
 
 
 @pytest.mark.xla
@@ -224,7 +244,7 @@ def test_sigterm_stops_at_a_step_with_a_checkpoint_and_resume_ends_as_the_uninte
         assert name == f"step-{progress['global_step']}"
         # A fast model (the causal-LM task's) may finish the epoch's last step before the signal lands.
         assert progress["epochs_done"] == epoch - 1 and step <= progress["epoch_step"] <= 8
-    result, report = resume_to_the_end(output, expected, final)
+    result, report = resume_to_the_end(output, expected, final, progress["global_step"])
     if progress["epoch_step"]:
         assert f"step {progress['epoch_step']} of epoch {progress['epochs_done'] + 1}" in result.stdout
 
@@ -267,7 +287,7 @@ def test_sigkill_during_a_step_checkpoint_keeps_the_previous_one(reference, tmp_
     saving.kill_when((output / "checkpoints" / ".step-6.partial" / "random_states_0.pkl").is_file, settle=0.5)
     assert latest(output) == "step-3"
     assert read_progress(output / "checkpoints" / "step-3")["epoch_step"] == 3
-    result, _ = resume_to_the_end(output, expected, final)
+    result, _ = resume_to_the_end(output, expected, final, resumed_at=3)
     assert "resume: continuing after epoch 0, step 3 of epoch 1" in result.stdout
 
 

@@ -1,6 +1,6 @@
 """The checks a `TrainConfig` passes when it is made: each refusal is one line naming the field and what is allowed."""
 
-from .defaults import OPTIMIZERS, PADDING_MODES, PARALLELISMS, PURE_BF16_CHOICES, SCHEDULES, ConfigError
+from .defaults import OPTIMIZERS, PADDING_MODES, PARALLELISMS, PURE_BF16_CHOICES, SCHEDULES, TRACKERS, ConfigError
 
 
 def check(config) -> None:
@@ -19,6 +19,10 @@ def check(config) -> None:
         value = getattr(config, name)
         if value is not None and not _whole(value, least=1):
             raise ConfigError(f"{name}={value!r}: must be a positive whole number")
+    if not _whole(config.logging_steps, least=0):
+        raise ConfigError(f"logging_steps={config.logging_steps!r}: must be 0 (no logs) or a positive whole number")
+    if config.report_to not in TRACKERS:
+        raise ConfigError(f"report_to={config.report_to!r}: must be one of {', '.join(TRACKERS)}")
     if config.save_minutes is not None and not config.save_minutes > 0:
         raise ConfigError(f"save_minutes={config.save_minutes!r}: must be a positive number")
     if config.max_recompilations is not None and config.max_recompilations < 0:

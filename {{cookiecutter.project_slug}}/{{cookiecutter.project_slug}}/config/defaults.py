@@ -25,6 +25,7 @@ PURE_BF16_CHOICES = ("no", "xla", "downcast", "cast")
 SCHEDULES = ("linear", "cosine", "constant", "constant_with_warmup")
 # Optimizers (loop/optimizers.py): torch's AdamW, or transformers' Adafactor (factored state: fewer bytes per weight).
 OPTIMIZERS = ("adamw", "adafactor")
+TRACKERS = ("tensorboard", "wandb", "trackio", "none")  # --report_to: Accelerate's trackers of these names
 # A from-scratch model learns the demo at a much higher rate than a pretrained one is fine-tuned at.
 DEMO_LEARNING_RATE = 1e-3
 TRAIN_BATCH_SIZE = {{ cookiecutter.train_batch_size }}  # per chip, the bake's answer

@@ -14,6 +14,7 @@ from .defaults import (
     LORA_LEARNING_RATE_FACTOR,
     OPTIMIZERS,
     SCHEDULES,
+    TRACKERS,
     TRAIN_BATCH_SIZE,
     switch,
 )
@@ -76,6 +77,18 @@ class TrainConfig:
         default=None,
         metadata={"help": "Also evaluate every this many optimizer steps, inside epochs (the one eval graph). "
                           "Default: after each epoch only."},
+    )
+    logging_steps: int = field(
+        default=10,
+        metadata={"help": "Every this many optimizer steps, log the loss since the last log, the learning rate, the "
+                          "gradient norm and examples and tokens per second per chip (read on a thread of its own: the "
+                          "device never waits for it) to OUTPUT_DIR/metrics.jsonl, --report_to and the progress bar. "
+                          "0: none."},
+    )
+    report_to: str = field(
+        default="tensorboard",
+        metadata={"help": f"Where the logs also go, through Accelerate's trackers: {', '.join(TRACKERS)} "
+                          "(tensorboard: OUTPUT_DIR/tensorboard)."},
     )
     learning_rate: float | None = field(
         default=None,

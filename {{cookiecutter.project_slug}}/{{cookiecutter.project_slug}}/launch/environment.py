@@ -71,3 +71,14 @@ def check_stack() -> None:
 def local_rank() -> str:
     """This process's index on its host, before any Accelerator exists (0 for a lone process)."""
     return os.environ.get("PJRT_LOCAL_PROCESS_RANK") or os.environ.get("LOCAL_RANK") or "0"
+
+
+def check_tracker(report_to: str) -> None:
+    """--report_to names a tracker whose library is installed (Accelerate would only warn, and log nothing)."""
+    if report_to == "none":
+        return
+    modules = ("tensorboard", "tensorboardX") if report_to == "tensorboard" else (report_to,)
+    if not any(importlib.util.find_spec(module) for module in modules):
+        raise EnvironmentProblem(
+            f"report_to={report_to!r}: {report_to} is not installed here: `pip install {report_to}`, or --report_to none"
+        )

@@ -8,6 +8,7 @@ from ..models import lora
 from ..models.modeling import model_facts
 from ..precision import levels as precision
 from ..tasks import task
+from ..watch import flops
 from ..xla.device import device_kind
 
 {% if cookiecutter.task == "causal-lm" -%}
@@ -20,7 +21,7 @@ FIELDS = (
     "device", "distributed_type", "num_processes", "epochs", "train_examples", "train_batch", "steady_examples_per_second",
     "examples_per_second_with_compilation", "learning_rate", *TASK_FIELDS,
     "xla_compilations", "recompilations", "compile_seconds", "compilation_cache", "precision", "model", "parameters", "data",
-    "checkpoint", "checkpoint_seconds",
+    "checkpoint", "checkpoint_seconds", "flops", "logging", "curves",
 )
 
 
@@ -64,6 +65,11 @@ def run_report(accelerator, layout, prepared, run, config, precision_report, wat
         "optimizer_state_bytes_per_device": report["layout"]["optimizer_bytes_per_device"],
     }
     report["lora"] = lora.report(config, layout.plain_model(accelerator))
+    # Positions per example: one length only with fixed padding (blocks of it, for a language model).
+    report["flops"] = flops.utilisation(
+        layout.plain_model(accelerator), config.max_seq_length if config.padding == "fixed" else None,
+        report["steady_examples_per_second"], prepared.replicas, report["device"],
+    )
     report.update(task.facts(prepared.train_examples, prepared.collator, config, report))
     return report
 

@@ -35,6 +35,10 @@ class RunState:
     compiled_by_epoch: list = field(default_factory=list)  # cumulative: later epochs must add nothing
     first_learning_rate: float | None = None
     last_learning_rate: float | None = None
+    # The latest step's gradient norm before clipping, kept (lazy) until the next step: an output of every step's
+    # graph, so that reading it at a logging step changes no graph (watch/metrics_log.py).
+    grad_norm: object = None
+    shown: dict = field(default_factory=dict)  # the latest log's numbers, for the progress bar
     _epoch_started: float = 0.0
     _compile_seconds_at_start: float = 0.0
 

@@ -10,21 +10,28 @@ to); the last one's runs with the update, in the graph a step without accumulati
 """
 
 import contextlib
+from typing import NamedTuple
 
 import torch
 
 from ..data.batching import VALID, micro_batch
 from ..xla import device as devices
 
+
+class Step(NamedTuple):
+    loss: object  # the micro-batches' mean loss, detached and lazy
+    grad_norm: object | None  # the gradients' global norm before clipping (lazy); None without clipping
+
+
 _indices = {}  # (device, N) -> the micro-batches' indices, on the device as data: one graph for every micro-batch
 
 
 def train_step(accelerator, model, optimizer, scheduler, batch, clip=None, accumulation: int = 1):
-    """One optimizer step over the batch's `accumulation` micro-batches; returns their mean loss, detached and still
-    lazy (the caller decides when to sync).
+    """One optimizer step over the batch's `accumulation` micro-batches: a Step of their mean loss and the gradients'
+    norm before clipping, both detached and still lazy (the caller decides when to sync).
 
     Each micro-batch's loss is divided by their number, so that the gradients are those of the mean loss, as one
-    batch of them all would give. `clip()` clips the gradients before the update (Prepared.clip).
+    batch of them all would give. `clip()` clips the gradients before the update and returns that norm (Prepared.clip).
     """
     batch.pop(VALID, None)
     if accumulation == 1:
@@ -33,12 +40,11 @@ def train_step(accelerator, model, optimizer, scheduler, batch, clip=None, accum
         losses = [loss.detach()]
     else:
         losses = _accumulate(accelerator, model, batch, accumulation)
-    if clip is not None:
-        clip()
+    grad_norm = clip().detach() if clip is not None else None
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad()
-    return losses[0] if accumulation == 1 else torch.stack(losses).mean()
+    return Step(losses[0] if accumulation == 1 else torch.stack(losses).mean(), grad_norm)
 
 
 def _accumulate(accelerator, model, batch, accumulation: int) -> list:

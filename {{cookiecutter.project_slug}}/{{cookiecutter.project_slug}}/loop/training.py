@@ -28,8 +28,9 @@ from ..tasks import samples, task
 {%- else %}
 from ..tasks import task
 {%- endif %}
-from ..watch import compilations, compile_analysis
+from ..watch import compilations, compile_analysis, curves
 from ..watch.graph_watch import GraphWatch
+from ..watch.metrics_log import MetricsLog
 from ..xla import compilation as xla_compilation
 from ..xla import device as devices
 from . import export
@@ -45,6 +46,7 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
     """Train and evaluate; return the report. Builds the model only when none is passed in."""
     config = config or TrainConfig()
     environment.check_stack()
+    environment.check_tracker(config.report_to)
     checkpointing.check_writable(config.output_dir, config.report_path)
     level = precision.requested_level(config)
     layout = layout_for(config)
@@ -66,6 +68,8 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
         mixed_precision="no",  # the level is the project's (precision/levels.py), never Accelerate's
         cpu=not environment.xla_installed() and not torch.cuda.is_available(),
         dataloader_config=shuffle_config(config.seed),
+        log_with=None if config.report_to == "none" else config.report_to,  # the metrics log's trackers
+        project_dir=config.output_dir,
     )
     set_seed(config.seed)
     processes.quiet_unless_main(accelerator)
@@ -120,10 +124,17 @@ def _train(accelerator, layout, model, config: TrainConfig, precision_report, an
     watch = None
     if devices.uses_xla(accelerator.device) and config.watch_compilations:
         watch = GraphWatch(config.padding, config.max_recompilations, say, analysis_file)
-    # In this order: the watch sees what a checkpoint compiled, and a preempted run stops after its checkpoint.
-    callbacks = Callbacks(checkpoints, watch, Preemption(accelerator, checkpoints))
+    metrics = MetricsLog(accelerator, guard, config, parts.replicas, parts.steps_per_epoch)
+    # In this order: the watch sees what a checkpoint compiled, a preempted run stops after its checkpoint, and the
+    # metrics log starts after a resumed run's step is known.
+    callbacks = Callbacks(checkpoints, watch, Preemption(accelerator, checkpoints), metrics)
     fit(accelerator, parts, run, callbacks, guard, layout, precision.metric_dtype(precision_report), say)
     report = run_report(accelerator, layout, parts, run, config, precision_report, watch, checkpoints)
+    report["logging"] = metrics.report()
+    if processes.is_main(accelerator):
+        # The whole run's picture, resumed parts included: drawn from metrics.jsonl.
+        report["curves"] = curves.draw(metrics.path, Path(config.output_dir) / curves.CURVES_FILE)
+        say(f"curves: {report['curves']}")
     return report, parts.tokenizer, parts.data
 
 
@@ -181,11 +192,15 @@ def train_epoch(accelerator, parts, run: RunState, batches, callbacks, guard: Lo
     with bar:
         for index, batch in enumerate(batches, start=1):
             run.last_learning_rate = parts.scheduler.get_last_lr()[0]
-            guard.add(train_step(accelerator, parts.model, parts.optimizer, parts.scheduler, batch, parts.clip,
-                                 parts.accumulation))
+            step = train_step(accelerator, parts.model, parts.optimizer, parts.scheduler, batch, parts.clip,
+                              parts.accumulation)
+            guard.add(step.loss)
+            run.grad_norm = step.grad_norm
             run.after_step()
             devices.sync(accelerator.device)
-            callbacks.after_train_step(run, batch)
+            callbacks.after_train_step(run, batch)  # the metrics log hands what it reads to its own thread
+            if run.shown:
+                bar.set_postfix(run.shown, refresh=False)
             bar.update()
             if run.eval_steps and run.global_step % run.eval_steps == 0 and index < steps:
                 say(f"step {run.global_step}: {task.summary(evaluate_now())}")

@@ -1,0 +1,191 @@
+"""--logging_steps: each log holds its steps' numbers, reading them adds no graph and only its own transfers, and the
+numbers reach metrics.jsonl, TensorBoard's event files and the run's picture.
+
+In the project's layout and task: the step that is logged is each layout's and each task's own.
+"""
+
+import json
+import math
+
+import pytest
+from conftest import child_env, python_code, quick, run
+
+from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
+from {{ cookiecutter.project_slug }}.launch.environment import EnvironmentProblem, check_tracker
+
+# A run that also keeps every optimizer step's loss and gradient norm (before clipping), read after the run.
+STEPS = """
+import json, sys
+from {{ cookiecutter.project_slug }}.loop import training
+from {{ cookiecutter.project_slug }}.cli import main
+
+record, *argv = sys.argv[1:]
+steps, original = [], training.train_step
+training.train_step = lambda *args: steps.append(original(*args)) or steps[-1]
+try:
+    main(argv)
+finally:
+    with open(record, "w") as out:
+        json.dump([[step.loss.item(), step.grad_norm.item()] for step in steps], out)
+"""
+RUN = quick("--num_epochs", "2", "--checkpoint", "false", "--export", "false")
+# A loss in a log is a sum of fixed-point values (units of 2**-24) divided by its steps.
+FIXED_POINT = 2.0**-24
+
+
+def trained(folder, *args):
+    """(report, metrics.jsonl's records, the steps' [loss, norm]) of a run of RUN with these flags added."""
+    output = folder / "outputs"
+    record = folder / "steps.json"
+    run(python_code(STEPS, str(record), "--output_dir", str(output), *RUN, *args), env=child_env())
+    report = json.loads((output / "report.json").read_text())
+    lines = (output / "metrics.jsonl").read_text().splitlines()
+    return report, [json.loads(line) for line in lines], json.loads(record.read_text())
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory):
+    return trained(tmp_path_factory.mktemp("every-step"), "--logging_steps", "1")
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_every_log_holds_its_steps_loss_norm_and_rate_and_adds_only_its_own_reads(logged, tmp_path):
+    report, records, steps = logged
+    logs = [record for record in records if "learning_rate" in record]
+    assert [log["step"] for log in logs] == list(range(1, len(steps) + 1)) and report["logging"]["logs"] == len(steps)
+    for log, (loss, norm) in zip(logs, steps, strict=True):
+        assert abs(log["loss"] - loss) <= FIXED_POINT, (log, loss)  # one step's window: that step's loss
+        assert log["grad_norm"] == norm  # the very tensor the clip computed, read on the log's thread
+        assert log["examples_per_second_per_chip"] > 0 and log["tokens_per_second_per_chip"] > 0
+    rates = report["learning_rate"]
+    assert (logs[0]["learning_rate"], logs[-1]["learning_rate"]) == (rates["first_step"], rates["last_step"])
+    assert logs[0]["learning_rate"] > logs[-1]["learning_rate"] > 0  # the linear decay, step by step
+    # One line per evaluation, at the end of each epoch, with the report's numbers.
+    evaluations = [record for record in records if "eval_loss" in record]
+    assert [(e["step"], e["eval_loss"]) for e in evaluations] == [
+        (e["global_step"], e["eval_loss"]) for e in report["evaluations"]]
+
+    # Against the same run without logs: the same graphs and results, and two transfers more per log, no other.
+    off, off_records, off_steps = trained(tmp_path, "--logging_steps", "0")
+    assert [record for record in off_records if "learning_rate" in record] == []
+    assert report["xla_compilations"] == off["xla_compilations"] and report["recompilations"] == 0
+    assert [graph["phase"] for graph in report["graphs"]["graphs"]] == [
+        graph["phase"] for graph in off["graphs"]["graphs"]]
+    assert report["device_to_host_transfers"] == off["device_to_host_transfers"] + 2 * len(logs)
+    assert steps == off_steps and report["eval_loss"] == off["eval_loss"]
+    # The model FLOPs the steady steps came to (watch/flops.py); no MFU on the CPU, and the report says why.
+    flops = report["flops"]
+    assert flops["model_flops_per_token"] > 0 and flops["achieved_flops_per_second_per_chip"] > 0
+    assert flops["why_no_mfu"] == "no bf16 peak known for xla:CPU: MFU is a TPU's figure"
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_tensorboard_holds_every_logged_step_and_the_picture_is_drawn(logged, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    report, records, _ = logged
+    output = report["config"]["output_dir"]
+    events = EventAccumulator(f"{output}/tensorboard")
+    events.Reload()
+    logs = [record for record in records if "learning_rate" in record]
+    evaluations = [record for record in records if "eval_loss" in record]
+    for tag, key, expected in (("train/loss", "loss", logs), ("train/learning_rate", "learning_rate", logs),
+                               ("train/grad_norm", "grad_norm", logs), ("eval/loss", "eval_loss", evaluations)):
+        scalars = events.Scalars(tag)
+        assert [scalar.step for scalar in scalars] == [record["step"] for record in expected], tag
+        for scalar, record in zip(scalars, expected, strict=True):  # stored as float32
+            assert math.isclose(scalar.value, record[key], rel_tol=1e-6), (tag, scalar, record)
+    picture = report["curves"]
+    assert picture == f"{output}/curves.png"
+    with open(picture, "rb") as image:
+        assert image.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_log_reads_only_what_was_dispatched_on_its_own_thread_in_order():
+    import threading
+
+    import torch
+
+    from {{ cookiecutter.project_slug }}.watch.metrics_log import HostReads
+
+    reads, seen = HostReads(), []
+    original = torch.Tensor.cpu
+
+    def recording(tensor):
+        seen.append(threading.current_thread().name)
+        return original(tensor)
+
+    torch.Tensor.cpu = recording
+    try:
+        for index in range(5):
+            reads.ask(index, [torch.tensor([index, index * 2])])
+        finished = reads.finish()
+    finally:
+        torch.Tensor.cpu = original
+    assert [(key, values[0].tolist()) for key, values in finished] == [(index, [index, index * 2]) for index in range(5)]
+    assert set(seen) == {"metrics-reads"}  # never the loop's thread
+
+
+@pytest.mark.parametrize(("options", "refusal"), [
+    ({"logging_steps": -1}, "logging_steps=-1: must be 0 (no logs) or a positive whole number"),
+    ({"logging_steps": 2.5}, "logging_steps=2.5: must be 0 (no logs) or a positive whole number"),
+    ({"report_to": "comet"}, "report_to='comet': must be one of tensorboard, wandb, trackio, none"),
+])
+def test_bad_logging_options_are_refused_in_one_line(options, refusal):
+    with pytest.raises(ConfigError) as refused:
+        TrainConfig(**options)
+    assert str(refused.value) == refusal
+
+
+def test_a_tracker_that_is_not_installed_is_named_before_training(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(EnvironmentProblem) as refused:
+        check_tracker("wandb")
+    assert str(refused.value) == "report_to='wandb': wandb is not installed here: `pip install wandb`, or --report_to none"
+    check_tracker("tensorboard")  # a dependency of the project
+    check_tracker("none")
+
+
+def tiny_llama(tied: bool):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=tied)
+    return LlamaForCausalLM(config)
+
+
+def test_model_flops_per_token_follow_palms_formula():
+    from {{ cookiecutter.project_slug }}.watch.flops import model_flops_per_token
+
+    attention = 12 * 2 * 2 * 8 * 16  # 12 x layers x heads x head size x the 16-token length
+    untied = tiny_llama(tied=False)
+    everything = sum(parameter.numel() for parameter in untied.parameters())
+    assert model_flops_per_token(untied, 16) == 6 * (everything - 64 * 16) + attention  # the input table is looked up
+    tied = tiny_llama(tied=True)  # the one table is also the output layer: multiplied, counted once
+    assert model_flops_per_token(tied, 16) == 6 * sum(parameter.numel() for parameter in tied.parameters()) + attention
+    # Frozen weights get no gradient of their own: 4 FLOPs each, not 6 (LoRA's frozen base).
+    untied.requires_grad_(False)
+    untied.lm_head.requires_grad_(True)
+    head = 64 * 16
+    assert model_flops_per_token(untied, 16) == 6 * head + 4 * (everything - 64 * 16 - head) + attention
+
+
+def test_mfu_is_given_for_a_known_tpu_and_said_why_not_elsewhere(monkeypatch):
+    from {{ cookiecutter.project_slug }}.watch.flops import model_flops_per_token, utilisation
+
+    model = tiny_llama(tied=False)
+    per_token = model_flops_per_token(model, 16)
+    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v5litepod-8")
+    found = utilisation(model, 16, 100.0, chips=8, device="xla:TPU")
+    assert found["achieved_flops_per_second_per_chip"] == per_token * 16 * 100.0 / 8
+    assert (found["chip"], found["mfu"]) == ("v5e", found["achieved_flops_per_second_per_chip"] / 197e12)
+    cpu = utilisation(model, 16, 100.0, chips=1, device="xla:CPU")
+    assert "mfu" not in cpu and cpu["why_no_mfu"] == "no bf16 peak known for xla:CPU: MFU is a TPU's figure"
+    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v99-8")
+    assert utilisation(model, 16, 100.0, chips=8, device="xla:TPU")["why_no_mfu"] == "no bf16 peak known for xla:TPU (v99-8)"
+    assert "mfu" not in utilisation(model, None, 100.0, chips=1, device="xla:TPU")
