@@ -382,7 +382,8 @@ def local_model(tmp_path_factory) -> Path:
     return folder
 
 
-# One training run in this process (any layout) that also records every step's training loss. The losses are
+# One training run in this process (any layout) that also records every step's training loss (and, beside it, its
+# gradient norm before clipping). The losses are
 # read after training, so recording adds neither a graph nor a transfer to the run's report.
 RECORDING = """
 import json, sys
@@ -397,6 +398,8 @@ try:
 finally:
     with open(record, "w") as out:
         json.dump([step.loss.item() for step in losses], out)
+    with open(record + ".norms", "w") as out:  # each step's gradient norm before clipping, when it clipped
+        json.dump([step.grad_norm.item() for step in losses if step.grad_norm is not None], out)
 """
 
 

@@ -8,26 +8,11 @@ import json
 import math
 
 import pytest
-from conftest import child_env, python_code, quick, run
+from conftest import quick, train_recording_losses
 
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
 from {{ cookiecutter.project_slug }}.launch.environment import EnvironmentProblem, check_tracker
 
-# A run that also keeps every optimizer step's loss and gradient norm (before clipping), read after the run.
-STEPS = """
-import json, sys
-from {{ cookiecutter.project_slug }}.loop import training
-from {{ cookiecutter.project_slug }}.cli import main
-
-record, *argv = sys.argv[1:]
-steps, original = [], training.train_step
-training.train_step = lambda *args: steps.append(original(*args)) or steps[-1]
-try:
-    main(argv)
-finally:
-    with open(record, "w") as out:
-        json.dump([[step.loss.item(), step.grad_norm.item()] for step in steps], out)
-"""
 RUN = quick("--num_epochs", "2", "--checkpoint", "false", "--export", "false")
 # A loss in a log is a sum of fixed-point values (units of 2**-24) divided by its steps.
 FIXED_POINT = 2.0**-24
@@ -35,12 +20,10 @@ FIXED_POINT = 2.0**-24
 
 def trained(folder, *args):
     """(report, metrics.jsonl's records, the steps' [loss, norm]) of a run of RUN with these flags added."""
-    output = folder / "outputs"
-    record = folder / "steps.json"
-    run(python_code(STEPS, str(record), "--output_dir", str(output), *RUN, *args), env=child_env())
-    report = json.loads((output / "report.json").read_text())
-    lines = (output / "metrics.jsonl").read_text().splitlines()
-    return report, [json.loads(line) for line in lines], json.loads(record.read_text())
+    report, _, losses = train_recording_losses(folder, *RUN, *args)
+    norms = json.loads((folder / "losses.json.norms").read_text())
+    lines = (folder / "outputs" / "metrics.jsonl").read_text().splitlines()
+    return report, [json.loads(line) for line in lines], [list(pair) for pair in zip(losses, norms, strict=True)]
 
 
 @pytest.fixture(scope="module")
@@ -189,3 +172,32 @@ def test_mfu_is_given_for_a_known_tpu_and_said_why_not_elsewhere(monkeypatch):
     monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v99-8")
     assert utilisation(model, 16, 100.0, chips=8, device="xla:TPU")["why_no_mfu"] == "no bf16 peak known for xla:TPU (v99-8)"
     assert "mfu" not in utilisation(model, None, 100.0, chips=1, device="xla:TPU")
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_profile_steps_trace_those_steps_and_compile_nothing_more(logged, tmp_path):
+    import gzip
+
+    report, _, _ = trained(tmp_path, "--logging_steps", "1", "--profile_steps", "3-4")
+    profile = report["profile"]
+    assert profile["steps"] == [3, 4] and profile["traced_steps"] == [3, 4]
+    (trace_file,) = profile["trace_files"]  # TensorBoard's profile plugin reads plugins/profile/<time>/<host>.xplane.pb
+    (events,) = list((tmp_path / "outputs" / "profile").rglob("*.trace.json.gz"))
+    marked = [event for event in json.load(gzip.open(events))["traceEvents"] if event.get("name") == "train_step"]
+    assert sorted(int(event["args"]["step_num"]) for event in marked) == [3, 4]  # each traced step, marked
+    # Tracing only watches: the same graphs and results as the same run untraced.
+    assert report["xla_compilations"] == logged[0]["xla_compilations"] and report["recompilations"] == 0
+    assert report["eval_loss"] == logged[0]["eval_loss"]
+
+
+@pytest.mark.parametrize("given", ["0-2", "3-2", "a-b", "2-", "-3"])
+def test_bad_profile_steps_are_refused_in_one_line(given):
+    with pytest.raises(ConfigError) as refused:
+        TrainConfig(profile_steps=given)
+    assert str(refused.value) == (f"profile_steps={given!r}: must be A-B, the first and last optimizer step to trace "
+                                  "(1 <= A <= B), or A alone")
+    from {{ cookiecutter.project_slug }}.watch.step_profile import step_range
+
+    assert step_range(TrainConfig(profile_steps="5").profile_steps) == (5, 5)
+    assert step_range(TrainConfig(profile_steps="2-7").profile_steps) == (2, 7)

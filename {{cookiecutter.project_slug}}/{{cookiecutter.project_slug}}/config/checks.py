@@ -23,6 +23,11 @@ def check(config) -> None:
         raise ConfigError(f"logging_steps={config.logging_steps!r}: must be 0 (no logs) or a positive whole number")
     if config.report_to not in TRACKERS:
         raise ConfigError(f"report_to={config.report_to!r}: must be one of {', '.join(TRACKERS)}")
+    if config.profile_steps is not None:
+        first, dash, last = str(config.profile_steps).partition("-")
+        if not (first.isdigit() and (not dash or last.isdigit()) and 1 <= int(first) <= int(last or first)):
+            raise ConfigError(f"profile_steps={config.profile_steps!r}: must be A-B, the first and last optimizer step "
+                              "to trace (1 <= A <= B), or A alone")
     if config.save_minutes is not None and not config.save_minutes > 0:
         raise ConfigError(f"save_minutes={config.save_minutes!r}: must be a positive number")
     if config.max_recompilations is not None and config.max_recompilations < 0:

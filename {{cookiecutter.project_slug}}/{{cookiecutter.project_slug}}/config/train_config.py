@@ -78,18 +78,12 @@ class TrainConfig:
         metadata={"help": "Also evaluate every this many optimizer steps, inside epochs (the one eval graph). "
                           "Default: after each epoch only."},
     )
-    logging_steps: int = field(
-        default=10,
-        metadata={"help": "Every this many optimizer steps, log the loss since the last log, the learning rate, the "
-                          "gradient norm and examples and tokens per second per chip (read on a thread of its own: the "
-                          "device never waits for it) to OUTPUT_DIR/metrics.jsonl, --report_to and the progress bar. "
-                          "0: none."},
-    )
-    report_to: str = field(
-        default="tensorboard",
-        metadata={"help": f"Where the logs also go, through Accelerate's trackers: {', '.join(TRACKERS)} "
-                          "(tensorboard: OUTPUT_DIR/tensorboard)."},
-    )
+    logging_steps: int = field(default=10, metadata={"help": "Every this many optimizer steps, log loss, learning rate, "
+        "gradient norm and speed per chip (read on a thread of its own) to OUTPUT_DIR/metrics.jsonl and --report_to. 0: none."})
+    report_to: str = field(default="tensorboard", metadata={"help": f"Where the logs also go (Accelerate's trackers): "
+                           f"{', '.join(TRACKERS)}; tensorboard writes OUTPUT_DIR/tensorboard."})
+    profile_steps: str | None = field(default=None, metadata={"help": "A-B (or A): trace optimizer steps A to B with "
+                                      "torch_xla's profiler into OUTPUT_DIR/profile (TensorBoard's profile plugin)."})
     learning_rate: float | None = field(
         default=None,
         metadata={"help": "Default: {{ cookiecutter.learning_rate }} for a pretrained model (with --lora_r ten times "

@@ -21,7 +21,7 @@ FIELDS = (
     "device", "distributed_type", "num_processes", "epochs", "train_examples", "train_batch", "steady_examples_per_second",
     "examples_per_second_with_compilation", "learning_rate", *TASK_FIELDS,
     "xla_compilations", "recompilations", "compile_seconds", "compilation_cache", "precision", "model", "parameters", "data",
-    "checkpoint", "checkpoint_seconds", "flops", "logging", "curves",
+    "checkpoint", "checkpoint_seconds", "flops", "logging", "curves", "profile",
 )
 
 

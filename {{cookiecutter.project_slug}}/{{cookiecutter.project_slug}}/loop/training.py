@@ -31,6 +31,7 @@ from ..tasks import task
 from ..watch import compilations, compile_analysis, curves
 from ..watch.graph_watch import GraphWatch
 from ..watch.metrics_log import MetricsLog
+from ..watch.step_profile import StepProfile
 from ..xla import compilation as xla_compilation
 from ..xla import device as devices
 from . import export
@@ -125,12 +126,18 @@ def _train(accelerator, layout, model, config: TrainConfig, precision_report, an
     if devices.uses_xla(accelerator.device) and config.watch_compilations:
         watch = GraphWatch(config.padding, config.max_recompilations, say, analysis_file)
     metrics = MetricsLog(accelerator, guard, config, parts.replicas, parts.steps_per_epoch)
+    profile = None
+    if config.profile_steps and not devices.uses_xla(accelerator.device):
+        say("profile_steps: no XLA device in this run, so no trace (torch_xla's profiler traces XLA devices)")
+    elif config.profile_steps and processes.is_main(accelerator):
+        profile = StepProfile(config.profile_steps, config.output_dir, accelerator.device)
     # In this order: the watch sees what a checkpoint compiled, a preempted run stops after its checkpoint, and the
-    # metrics log starts after a resumed run's step is known.
-    callbacks = Callbacks(checkpoints, watch, Preemption(accelerator, checkpoints), metrics)
+    # metrics log and the profile start after a resumed run's step is known.
+    callbacks = Callbacks(checkpoints, watch, Preemption(accelerator, checkpoints), metrics, profile)
     fit(accelerator, parts, run, callbacks, guard, layout, precision.metric_dtype(precision_report), say)
     report = run_report(accelerator, layout, parts, run, config, precision_report, watch, checkpoints)
     report["logging"] = metrics.report()
+    report["profile"] = profile.report() if profile else None
     if processes.is_main(accelerator):
         # The whole run's picture, resumed parts included: drawn from metrics.jsonl.
         report["curves"] = curves.draw(metrics.path, Path(config.output_dir) / curves.CURVES_FILE)

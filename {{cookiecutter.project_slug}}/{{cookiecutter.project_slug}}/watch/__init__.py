@@ -5,5 +5,7 @@
   graph_watch.py       the recompilation watch, a callback: every graph, and why one after warm-up appeared
   metrics_log.py       every --logging_steps: loss, learning rate, gradient norm, speed, read on a thread of its own
   curves.py            the run's picture (loss, eval metric, learning rate against the step) from metrics.jsonl
+  flops.py             model FLOPs per token, FLOP/s per chip, and MFU where the chip's peak is known
+  step_profile.py      --profile_steps: torch_xla's profiler trace of chosen steps, a callback
   memory.py            host memory (Pss) summed over a process tree: the shared-model benchmark's instrument
 """

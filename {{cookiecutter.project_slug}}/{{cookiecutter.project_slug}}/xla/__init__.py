@@ -10,5 +10,6 @@ the package in its device-free parent process, and the laptop path runs with tor
   compilation.py  compilation counters, the persistent cache, torch_xla's compilation analysis
   precision.py    the bf16 variables and the check of a lowered graph's element types
   sharding.py     SPMD: the mesh, sharding annotations, FSDPv2's wrapper, the sharded input loader
+  profiling.py    torch_xla's profiler: a trace of chosen steps, and a marker for each
   checkpoint.py   torch_xla's planners for torch.distributed.checkpoint, and activation checkpointing
 """
