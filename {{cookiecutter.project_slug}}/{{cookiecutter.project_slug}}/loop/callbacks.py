@@ -5,7 +5,9 @@ that answers some of these points, holding its own state, in the style of Lightn
 
   - checkpoints (fault_tolerance/checkpoint_schedule.py): resume at the start, save when due and after every epoch;
   - the graph watch (watch/graph_watch.py): every compiled graph, and each recompilation explained;
-  - preemption (fault_tolerance/preemption.py): on SIGTERM or Ctrl-C, save at the next step boundary and stop.
+  - preemption (fault_tolerance/preemption.py): on SIGTERM or Ctrl-C, save at the next step boundary and stop;
+  - the metrics log (watch/metrics_log.py): every --logging_steps, numbers read on a thread of its own;
+  - the step profile (watch/step_profile.py): torch_xla's trace of the --profile_steps.
 
 A feature defines only the points it answers, with these names and arguments; it does not import this module
 (the machinery never imports the loop), so `Callback` below is the points' reference, not a base class.
@@ -15,7 +17,7 @@ sees the graphs a checkpoint compiled and a preempted run stops after its checkp
 point gets the run's state (run_state.py); the points in the order a run reaches them:
 
   on_fit_start(run)                  once, before the first epoch
-  after_train_step(run, batch)       a training step ran and was synced (nothing read from the device)
+  after_train_step(run, batch)       a training step ran and was synced (the loop's thread reads nothing from the device)
   at_step_boundary(run)              between two optimizer steps: a checkpoint may be due, a stop asked for
   after_eval_step(run, step, batch)  an evaluation step ran and was synced
   after_evaluation(run)              the epoch's evaluation is over and summed

@@ -87,7 +87,7 @@ class MetricsLog:
         self.logs = 0
         self._file = None
         self._last_read = None  # (epoch, the guard's values) of the previous log written: where a window starts
-        self._since = (0, 0.0, 0, 0)  # (global step, time, examples, tokens) at the previous log
+        self._since = (0.0, 0, 0)  # (time of the previous log, examples and tokens since)
 
     # The loop's points (callbacks.py).
     def on_fit_start(self, run) -> None:
@@ -101,21 +101,21 @@ class MetricsLog:
         resumed = {"tensorboard": {"purge_step": run.global_step + 1}} if run.global_step else {}
         self.accelerator.init_trackers("tensorboard", config=self.tracked_config, init_kwargs=resumed)
         self._file = self.path.open("a")
-        self._since = (run.global_step, time.perf_counter(), 0, 0)
+        self._since = (time.perf_counter(), 0, 0)
 
     def after_train_step(self, run, batch) -> None:
         if self.reads is None:
             return
         rows, tokens = batch_size(batch)
-        step, started, examples, seen = self._since
+        started, examples, seen = self._since
         examples, seen = examples + rows, seen + tokens
-        self._since = (step, started, examples, seen)
+        self._since = (started, examples, seen)
         if run.global_step % self.every == 0:
             now = time.perf_counter()
             # Per chip: every process's batch has this shape; `chips` share them (data: processes; fsdp: all chips).
             share = self.accelerator.num_processes / self.chips / (now - started)
             fields = {
-                "step": run.global_step, "epoch": round(run.epoch + run.step / self.steps_per_epoch, 4),
+                "step": run.global_step, "epoch": self._epoch(run),
                 "learning_rate": run.last_learning_rate,  # a host float: the rate this step used
                 "examples_per_second_per_chip": examples * share, "tokens_per_second_per_chip": seen * share,
             }
@@ -124,13 +124,12 @@ class MetricsLog:
             # far, 0 steps): known when this read is written, since the reads finish in order.
             start = (run.resumed_loss if run.epoch == run.first_epoch else 0, 0, 0)
             self.reads.ask((run.epoch, start, fields), tensors)
-            self._since = (run.global_step, now, 0, 0)
+            self._since = (now, 0, 0)
         self._write_finished(run, self.reads.done())
 
     def after_evaluation(self, run) -> None:
         if self.main:
-            self._write({"step": run.global_step, "epoch": round(run.epoch + run.step / self.steps_per_epoch, 4),
-                         **run.evaluation})
+            self._write({"step": run.global_step, "epoch": self._epoch(run), **run.evaluation})
 
     def on_fit_end(self, run) -> None:
         if self.reads is not None:
@@ -139,6 +138,10 @@ class MetricsLog:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+    def _epoch(self, run) -> float:
+        """Epochs done so far, fractional (as Trainer logs them)."""
+        return round(run.epoch + run.step / self.steps_per_epoch, 4)
 
     # Writing.
     def _write_finished(self, run, finished: list) -> None:
