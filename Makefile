@@ -71,7 +71,7 @@ test: envs ## Lint, then everything: bakes, hooks, the four main bakes' whole su
 notebook: env ## Rebuild the template's notebook with nbformat (never edit the .ipynb by hand)
 	$(PY) tools/build_notebook.py
 
-results: env ## Put the latest quick benchmark table (benchmark-results/, written by make test) into README.md
+results: demo ## Put the latest quick benchmark tables (written by make test) and the demo's curves into README.md
 	$(PY) tools/update_readme_results.py
 
 clean: ## Remove baked output (keeps the environment)

@@ -8,7 +8,7 @@ import json
 import math
 
 import pytest
-from conftest import quick, train_recording_losses
+from conftest import child_env, quick, train, train_recording_losses
 
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
 from {{ cookiecutter.project_slug }}.launch.environment import EnvironmentProblem, check_tracker
@@ -84,6 +84,67 @@ def test_tensorboard_holds_every_logged_step_and_the_picture_is_drawn(logged, tm
     assert picture == f"{output}/curves.png"
     with open(picture, "rb") as image:
         assert image.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def wandb_history(run_file) -> dict:
+    """{step: that step's values} in a wandb offline run's file. wandb 0.31 reads it back only in its Go core: the file
+    is LevelDB's log format (32 KiB blocks of records, each behind a 7-byte header: checksum, length, kind) holding
+    wandb's Record protobufs, of which the history records are the logged rows."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, block, offset, pending, rows = run_file.read_bytes(), 32768, 7, b"", {}  # the file's own header: 7 bytes
+    while offset + 7 <= len(data):
+        if block - offset % block < 7:  # a block's tail too short for a header is padding
+            offset += block - offset % block
+            continue
+        length, kind = int.from_bytes(data[offset + 4:offset + 6], "little"), data[offset + 6]
+        pending += data[offset + 7:offset + 7 + length]
+        offset += 7 + length
+        if kind in (1, 4):  # a whole record, or the last piece of one
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            pending = b""
+            if record.WhichOneof("record_type") == "history":
+                row = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+                rows[row["_step"]] = row
+    return rows
+
+
+def trackio_history(folder, project: str) -> dict:
+    """{step: that step's values} in trackio's local database (TRACKIO_DIR/<project>.db, SQLite)."""
+    import sqlite3
+
+    with sqlite3.connect(folder / f"{project}.db") as database:
+        rows = database.execute("SELECT step, metrics FROM metrics ORDER BY id").fetchall()
+    history = {}
+    for step, metrics in rows:
+        history.setdefault(step, {}).update(json.loads(metrics))
+    return history
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+@pytest.mark.machinery
+@pytest.mark.parametrize("tracker", ["wandb", "trackio"])
+def test_wandb_and_trackio_runs_offline_hold_every_logged_step(tracker, tmp_path):
+    pytest.importorskip(tracker, reason=f"{tracker} is not installed here (`pip install {tracker}` runs this test)")
+    local = {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true", "TRACKIO_DIR": str(tmp_path)}
+    report, _ = train(tmp_path, *RUN, "--num_epochs", "1", "--logging_steps", "2", "--report_to", tracker,
+                      env=child_env(**local))
+    records = [json.loads(line) for line in (tmp_path / "outputs" / "metrics.jsonl").read_text().splitlines()]
+    project = "{{ cookiecutter.project_slug }}"  # the run's project: the package's name
+    if tracker == "wandb":
+        (run_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
+        history = wandb_history(run_file)
+    else:
+        history = trackio_history(tmp_path, project)
+    assert report["logging"]["logs"] == report["learning_rate"]["optimizer_steps"] // 2 > 0
+    assert sorted(history) == sorted({record["step"] for record in records})
+    for record in records:  # a log's and an evaluation's numbers, under train/ and eval/
+        for key, value in record.items():
+            if key not in ("step", "epoch"):
+                name = f"eval/{key.removeprefix('eval_')}" if key.startswith("eval_") else f"train/{key}"
+                assert history[record["step"]][name] == value, (tracker, record, key)
 
 
 def test_a_log_reads_only_what_was_dispatched_on_its_own_thread_in_order():

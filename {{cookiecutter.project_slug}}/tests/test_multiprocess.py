@@ -6,7 +6,10 @@ torch_xla hidden: the same training function, the same Accelerate calls (prepare
 scheduler, reductions, broadcasts), on another backend.
 """
 
+import json
 import re
+from collections import Counter
+from pathlib import Path
 
 import pytest
 from conftest import METRIC, eval_examples, quick, train_in_workers
@@ -16,7 +19,7 @@ from {{ cookiecutter.project_slug }}.config import TrainConfig
 pytestmark = [pytest.mark.workers, pytest.mark.layout("data"), pytest.mark.machinery, pytest.mark.slow]
 
 # QUICK with 2 epochs, in float32 (bf16 on a plain CPU is autocast, slow and beside the point here).
-RUN = quick("--num_epochs", "2", "--mixed_precision", "no", "--checkpoint", "false")
+RUN = quick("--num_epochs", "2", "--mixed_precision", "no", "--checkpoint", "false", "--logging_steps", "3")
 NO_DEMO_FLAG = [arg for index, arg in enumerate(RUN) if "--demo" not in RUN[max(index - 1, 0):index + 1]]
 # The first frame of each progress bar (printed when the bar is made, at 00:00 elapsed: a later refresh
 # of a slow bar shows more time) and each message.
@@ -168,3 +171,20 @@ def test_sigterm_to_one_process_stops_every_process_at_one_step_and_resume_ends_
     expected = torch.load(tmp_path / "uninterrupted" / "outputs" / "checkpoints" / "epoch-2" / "pytorch_model.bin",
                           weights_only=True)
     assert all(torch.equal(found[name], expected[name]) for name in expected)
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+def test_one_metrics_log_per_run_written_by_the_main_process_alone(runs, processes):
+    def lines(report):
+        text = (Path(report["config"]["output_dir"]) / "metrics.jsonl").read_text()
+        return [json.loads(line) for line in text.splitlines()]
+
+    alone, together = lines(runs(1)[0]), lines(runs(processes)[0])
+    kinds = Counter((line["step"], "eval_loss" in line) for line in together)
+    # 12 steps in each run (see above): a log every 3 steps, an evaluation at the end of each of the 2 epochs, and
+    # each line once although every process reached each of those points.
+    assert sorted(kinds) == [(3, False), (6, False), (6, True), (9, False), (12, False), (12, True)]
+    assert set(kinds.values()) == {1} and runs(processes)[0]["logging"]["logs"] == 4
+    assert [(line["step"], line.get("learning_rate")) for line in together] == [
+        (line["step"], line.get("learning_rate")) for line in alone]  # one schedule, whatever the process count
+    assert all(line["loss"] > 0 and line["grad_norm"] > 0 for line in together if "loss" in line)

@@ -81,6 +81,9 @@ class MetricsLog:
         # What a tracker stores as the run's hyperparameters: the options that have a value of a plain type.
         self.tracked_config = {key: value for key, value in vars(config).items() if isinstance(value, (bool, int, float, str))}
         self.path = Path(output_dir) / METRICS_FILE
+        # Accelerate gives every tracker one name: TensorBoard's folder under OUTPUT_DIR (outputs/tensorboard), and the
+        # project of a wandb or trackio run, which is this package's name.
+        self.tracker_project = "tensorboard" if config.report_to == "tensorboard" else __package__.split(".")[0]
         self.chips, self.steps_per_epoch = chips, steps_per_epoch
         self.main = processes.is_main(accelerator)
         self.reads = HostReads() if self.main and self.every else None
@@ -99,7 +102,7 @@ class MetricsLog:
         self.path.write_text("".join(line + "\n" for line in kept))
         # TensorBoard's purge_step drops a resumed run's events from its checkpoint's step on, as the lines above.
         resumed = {"tensorboard": {"purge_step": run.global_step + 1}} if run.global_step else {}
-        self.accelerator.init_trackers("tensorboard", config=self.tracked_config, init_kwargs=resumed)
+        self.accelerator.init_trackers(self.tracker_project, config=self.tracked_config, init_kwargs=resumed)
         self._file = self.path.open("a")
         self._since = (time.perf_counter(), 0, 0)
 
