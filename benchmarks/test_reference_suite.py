@@ -30,6 +30,8 @@ LOOPS = {
     "test_accelerate_example_loop": "accelerate-example", "test_trainer_loop[trainer-as-written]": "trainer",
     "test_trainer_loop[trainer-tpu-tuned]": "trainer-tpu-tuned",
 }
+# The project's loop against the TPU-tuned Trainer, in rounds run one after the other, in both precisions.
+STEADY = {f"test_steady_step_against_the_tuned_trainer[{precision}]": precision for precision in ("fp32", "bf16")}
 # The fine-tuning comparison of the precision levels: both tasks' suites have it.
 FINE_TUNING = ("fp32", "bf16", "pure-bf16-xla", "pure-bf16-xla+kahan", "pure-bf16-downcast", "pure-bf16-downcast+kahan",
                "pure-bf16-cast")
@@ -39,6 +41,7 @@ EXPECTED = {
     **FINE_TUNING_EXPECTED,
     **{f"test_eval_cell[{cell}]": "recompilation: eval batching" for cell in GRID},
     **{name: "recompilation: loops" for name in LOOPS},
+    **{name: "loops: steady step against the tuned Trainer" for name in STEADY},
     "test_compilation_cache_warm_run": "recompilation: compilation cache",
     "test_step_checkpoint_cost": "checkpoints",
     **{f"test_fsdp_devices[{devices}]": "fsdp: devices" for devices in (1, 2, 4)},
@@ -90,6 +93,10 @@ def test_quick_profile(baked_default, summary):
     check_precision({case: info[f"test_precision_mode[{case}]"] for case in PRECISION})
     check_fine_tuning({level: info[f"test_finetuning_level[{level}]"] for level in FINE_TUNING})
     check_loops({loop: info[name] for name, loop in LOOPS.items()})
+    for name, precision in STEADY.items():  # the quick profile's 3 rounds, a ratio from each
+        steady = info[name]
+        assert steady["precision"] == precision and steady["rounds"] == 3, steady
+        assert steady["steady_step_vs_tuned_trainer"] > 0 and steady["wall_vs_tuned_trainer"] > 0, steady
     check_fsdp({devices: info[f"test_fsdp_devices[{devices}]"] for devices in (1, 2, 4)})
     check_lora(info["test_lora_against_full_fine_tuning"])
     saving = info["test_step_checkpoint_cost"]

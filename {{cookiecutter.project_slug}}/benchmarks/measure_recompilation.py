@@ -57,6 +57,8 @@ LOOP_DIFFERENCES = {
                "1.0 and decays linearly without warm-up, as the project's loop)",
     "trainer-tpu-tuned": "the same Trainer with padding to max_seq_length, dataloader_drop_last=True and eval "
                          "batch = train batch (no logs: logging_strategy='no')",
+    "project-bf16": "the project's loop in its default precision (bf16 autocast around the forward)",
+    "trainer-tpu-tuned-bf16": "the TPU-tuned Trainer with bf16=True (Accelerate's bf16 autocast)",
     "trainer-tpu-tuned-log-every-step": "the TPU-tuned Trainer with logging_steps=1: its loss read on the host "
                                         "(.item()) at every log",
 }
@@ -134,6 +136,23 @@ def _result(loop: str, compilations, compile_seconds, recompilations, causes, st
         "compile_seconds": compile_seconds, "recompilations": recompilations,
         "recompilation_causes": None if causes is None else "; ".join(f"{key} x{n}" for key, n in causes.items()) or "none",
         "steady_step_s": steady_step_s, "wall_s": wall, **figures,
+    }
+
+
+def interleaved_comparison(project_runs: list[dict], trainer_runs: list[dict]) -> dict:
+    """The project's loop against the tuned Trainer over rounds run one after the other: a ratio per round (its two
+    runs met about the same load on the machine), their median and range, and each loop's median figures."""
+    pairs = list(zip(project_runs, trainer_runs, strict=True))
+    steady = [project["steady_step_s"] / trainer["steady_step_s"] for project, trainer in pairs]
+    wall = [project["wall_s"] / trainer["wall_s"] for project, trainer in pairs]
+    return {
+        "rounds": len(pairs),
+        "project_steady_step_s": statistics.median(run["steady_step_s"] for run in project_runs),
+        "trainer_steady_step_s": statistics.median(run["steady_step_s"] for run in trainer_runs),
+        "steady_step_vs_tuned_trainer": statistics.median(steady),
+        "steady_ratio_range": f"{min(steady):.3g}-{max(steady):.3g}",
+        "wall_vs_tuned_trainer": statistics.median(wall),
+        "wall_ratio_range": f"{min(wall):.3g}-{max(wall):.3g}",
     }
 
 
@@ -220,9 +239,11 @@ def accelerate_example_loop(profile: Profile, output_dir: str) -> dict:
     )
 
 
-def trainer_loop(profile: Profile, output_dir: str, tuned: bool = False, logging_steps: int = 0) -> dict:
+def trainer_loop(profile: Profile, output_dir: str, tuned: bool = False, logging_steps: int = 0,
+                 bf16: bool = False) -> dict:
     """BASELINE, not the project's code: transformers' Trainer, as a user writes it or with its TPU settings; with
-    `logging_steps`, logging the loss that often (its own way: a host read at each log)."""
+    `logging_steps`, logging the loss that often (its own way: a host read at each log); with `bf16`, its bf16=True
+    (Accelerate's bf16 autocast, as the project's default precision)."""
     import numpy
     from transformers import Trainer, TrainingArguments
 
@@ -246,7 +267,7 @@ def trainer_loop(profile: Profile, output_dir: str, tuned: bool = False, logging
             per_device_eval_batch_size=config.eval_batch_size if tuned else 8,
             eval_strategy="epoch", save_strategy="no", logging_strategy="steps" if logging_steps else "no",
             logging_steps=logging_steps or 500, report_to=[], disable_tqdm=True,
-            optim="adamw_torch", seed=config.seed, dataloader_drop_last=tuned,
+            optim="adamw_torch", seed=config.seed, dataloader_drop_last=tuned, bf16=bf16,
         )
         trainer = Trainer(
             model=model, args=arguments, train_dataset=train_examples, eval_dataset=eval_examples,
@@ -255,8 +276,9 @@ def trainer_loop(profile: Profile, output_dir: str, tuned: bool = False, logging
         )
         trainer.train()  # evaluates after every epoch
     name = "trainer-tpu-tuned" if tuned else "trainer"
+    name = f"{name}-log-every-step" if logging_steps == 1 else f"{name}-bf16" if bf16 else name
     return _watched(
-        f"{name}-log-every-step" if logging_steps == 1 else name, watch, compiled, time.perf_counter() - started,
+        name, watch, compiled, time.perf_counter() - started,
         device=devices.device_kind(trainer.args.device), epochs=config.num_epochs, train_examples=len(train_examples),
         eval_accuracy=shapes["metrics"].get("eval_accuracy"), logging_steps=logging_steps,
     )

@@ -38,6 +38,8 @@ class Profile:
     # size (a ragged last batch), so that what each loop does with ragged batches and epochs shows.
     compare_epochs: int
     compare_train_examples: int
+    # The steady step against the tuned Trainer: both loops this many times, one after the other (a ratio per round).
+    steady_rounds: int
     # The fine-tuning comparison of the precision levels (measure_finetuning.py): the demo model pretrained in
     # float32 for pretrain_epochs over the first pretrain_train_examples (None: all), then fine-tuned in each level
     # for finetune_epochs over the first finetune_train_examples in batches of finetune_batch_size: the same
@@ -71,7 +73,7 @@ def _profiles() -> dict[str, Profile]:
         "quick": Profile(
             name="quick", precision_models=("demo", "mid"), larger_model_modes=("fp32", "model-cast"), batch_size=8,
             max_seq_length=64, warmup_steps=3, timed_steps=5, full_grid=False, eval_rounds=3, grid_train_steps=4,
-            compare_epochs=2, compare_train_examples=200,
+            compare_epochs=2, compare_train_examples=200, steady_rounds=3,
             # 32 tokens hold a demo sentence; 16 steps (128 examples) are enough for the lost updates to show.
             pretrain_epochs=2, pretrain_train_examples=480, finetune_epochs=1, finetune_train_examples=128,
             finetune_batch_size=8, finetune_seq_length=32,
@@ -86,7 +88,7 @@ def _profiles() -> dict[str, Profile]:
             name="full", precision_models=("demo", "bert-base"), larger_model_modes=None,
             batch_size=baked.per_chip_train_batch(True, 1),
             max_seq_length=baked.max_seq_length, warmup_steps=5, timed_steps=20, full_grid=True, eval_rounds=5,
-            grid_train_steps=5, compare_epochs=3, compare_train_examples=472,
+            grid_train_steps=5, compare_epochs=3, compare_train_examples=472, steady_rounds=5,
             pretrain_epochs=3, pretrain_train_examples=None, finetune_epochs=2, finetune_train_examples=None,
             finetune_batch_size=baked.per_chip_train_batch(False, 1), finetune_seq_length=baked.max_seq_length,
             cpu_xla_flags="",

@@ -50,6 +50,14 @@ VIEWS = {
         "warm-up (recompilations, found by the project's watch), compile and wall seconds, the steady step time "
         "(median time between two steps that compiled nothing), and ratios to the project's loop.",
     ),
+    "loops: steady step against the tuned Trainer": View(
+        ("project_steady_step_s", "trainer_steady_step_s", "steady_step_vs_tuned_trainer",
+         "steady_ratio_range", "wall_vs_tuned_trainer", "wall_ratio_range", "rounds"),
+        "The project's loop and the TPU-tuned Trainer on the loops' workload, in float32 and in bf16 autocast (the "
+        "project's default precision; Trainer's bf16=True), run one after the other `rounds` times: each loop's "
+        "median steady step, and the project's steady step and wall time over the Trainer's, the median of the "
+        "rounds' ratios and their range. Below 1, the project's loop is faster.",
+    ),
     "logging: cost": View(
         ("logging_steps", "steady_step_s", "no_logs_steady_step_s", "steady_step_vs_no_logs", "logs",
          "device_to_host_transfers", "compilations"),

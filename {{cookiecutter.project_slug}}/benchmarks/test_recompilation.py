@@ -12,7 +12,13 @@ from {{ cookiecutter.project_slug }}.data.sources import DEMO_FILES, check_file
 from {{ cookiecutter.project_slug }}.tasks.text_classification import label_checks
 
 from . import grid, isolation, profiles
-from .measure_recompilation import accelerate_example_loop, eval_cell, project_loop, trainer_loop
+from .measure_recompilation import (
+    accelerate_example_loop,
+    eval_cell,
+    interleaved_comparison,
+    project_loop,
+    trainer_loop,
+)
 
 
 def demo_eval_set_size() -> int:
@@ -145,6 +151,30 @@ def test_logging_cost(benchmark, profile, loops, loop):
         # The same graphs, and only the logs' own reads: two per log (the loss sums and the gradient norm).
         assert result["logs"] > 0 and result["compilations"] == never["compilations"]
         assert result["device_to_host_transfers"] == never["device_to_host_transfers"] + 2 * result["logs"]
+
+
+@pytest.mark.benchmark(group="loops: steady step against the tuned Trainer")
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_steady_step_against_the_tuned_trainer(benchmark, profile, loops, precision):
+    """The project's loop and the TPU-tuned Trainer, one after the other, `profile.steady_rounds` times: a single
+    run's steady step moves with whatever else the machine runs, a ratio of two runs side by side much less."""
+    folder, bf16 = loops["folder"] / f"interleaved-{precision}", precision == "bf16"
+    project = functools.partial(project_loop, mixed_precision="bf16" if bf16 else "no")
+    runs = ([], [])
+
+    def interleaved():
+        for index in range(profile.steady_rounds):
+            runs[0].append(isolation.run(project, profile, str(folder / f"project-{index}"), True,
+                                         "project-bf16" if bf16 else "project"))
+            runs[1].append(isolation.run(trainer_loop, profile, str(folder / f"trainer-{index}"), True, 0, bf16))
+
+    benchmark.pedantic(interleaved, rounds=1, iterations=1)
+    figures = interleaved_comparison(*runs)
+    benchmark.extra_info.update(figures, precision=precision, headline="steady_step_vs_tuned_trainer")
+    assert figures["rounds"] == profile.steady_rounds
+    # The project's loop compiles the same graphs in every round, none of them after warm-up.
+    assert len({run["compilations"] for run in runs[0]}) == 1 and {run["recompilations"] for run in runs[0]} == {0}
+    assert figures["steady_step_vs_tuned_trainer"] > 0 and figures["wall_vs_tuned_trainer"] > 0
 
 
 @pytest.mark.benchmark(group="recompilation: compilation cache")

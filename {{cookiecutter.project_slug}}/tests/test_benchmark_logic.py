@@ -72,6 +72,22 @@ def test_profile_choice(monkeypatch):
         profiles.choose("huge")
 
 
+def test_the_interleaved_comparison_takes_a_ratio_per_round_then_their_median():
+    from benchmarks.measure_recompilation import interleaved_comparison
+
+    project = [{"steady_step_s": 0.09, "wall_s": 6.0}, {"steady_step_s": 0.12, "wall_s": 9.0},
+               {"steady_step_s": 0.08, "wall_s": 6.4}]
+    trainer = [{"steady_step_s": 0.10, "wall_s": 5.0}, {"steady_step_s": 0.10, "wall_s": 9.0},
+               {"steady_step_s": 0.10, "wall_s": 8.0}]
+    found = interleaved_comparison(project, trainer)
+    # Per round: 0.9, 1.2, 0.8 (steady) and 1.2, 1.0, 0.8 (wall): each round's two runs met the same load.
+    assert found["steady_step_vs_tuned_trainer"] == pytest.approx(0.9) and found["steady_ratio_range"] == "0.8-1.2"
+    assert found["wall_vs_tuned_trainer"] == pytest.approx(1.0) and found["wall_ratio_range"] == "0.8-1.2"
+    assert (found["project_steady_step_s"], found["trainer_steady_step_s"], found["rounds"]) == (0.09, 0.10, 3)
+    with pytest.raises(ValueError):
+        interleaved_comparison(project, trainer[:2])  # a round without its pair
+
+
 def test_precision_cases_put_fp32_first_for_each_model():
     modes = list(graph_types.MODES)
     for name in ("quick", "full"):
