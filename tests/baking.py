@@ -1,5 +1,6 @@
 """Baking helpers shared by the template's tests and benchmarks: cookiecutter's own API, temporary folders."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -10,6 +11,14 @@ from cookiecutter.main import cookiecutter
 
 TEMPLATE = Path(__file__).resolve().parent.parent
 DEFAULT_SLUG = "tpu_text_classifier"
+
+
+def load_tool(name: str):
+    """One of the template's tools/*.py scripts, imported as a module (they are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, TEMPLATE / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def template_defaults() -> dict:

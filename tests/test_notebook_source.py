@@ -1,18 +1,13 @@
 """The notebook is built by tools/build_notebook.py, never edited by hand, and bakes into a valid notebook."""
 
-import importlib.util
-
 import nbformat
 import pytest
 
-from tests.baking import DEFAULT_SLUG, TEMPLATE, template_defaults
+from tests.baking import DEFAULT_SLUG, load_tool, template_defaults
 
 
 def load_builder():
-    spec = importlib.util.spec_from_file_location("build_notebook", TEMPLATE / "tools" / "build_notebook.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("build_notebook")
 
 
 def test_committed_notebook_is_what_the_builder_writes():

@@ -1,18 +1,16 @@
 """tools/update_readme_results.py's demo section: the picture the demo run drew, shown by the README."""
 
-import importlib.util
 import json
 from pathlib import Path
+
+from tests.baking import load_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def tool():
-    spec = importlib.util.spec_from_file_location("update_readme_results", ROOT / "tools" / "update_readme_results.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("update_readme_results")
 
 
 def test_the_readme_shows_the_committed_picture_of_the_demo_run():
