@@ -14,10 +14,10 @@ def tool():
 
 
 def test_the_readme_shows_the_committed_picture_of_the_demo_run():
-    text = (ROOT / "README.md").read_text()
+    text, picture = (ROOT / "README.md").read_text(), tool().DEMO_PICTURE
     section = text.partition("<!-- demo:start -->")[2].partition("<!-- demo:end -->")[0]
-    assert f"]({tool().DEMO_PICTURE})" in section and "flops  " in section
-    assert (ROOT / tool().DEMO_PICTURE).read_bytes()[:8] == PNG
+    assert f"]({picture})" in section and "flops  " in section
+    assert (ROOT / picture).read_bytes()[:8] == PNG
 
 
 def test_the_demo_section_copies_the_run_s_picture_and_quotes_its_report(tmp_path):

@@ -93,19 +93,22 @@ def models_section(folder: Path) -> str | None:
     return "\n".join(lines)
 
 
+def place(text: str, markers: tuple[str, str], new: str, before: str | None = None) -> str:
+    """`new` in place of the text between the markers (both included) where they are; else just before `before`
+    where that is in the text; else at the end."""
+    start, end = markers
+    if start in text and end in text:
+        head, _, rest = text.partition(start)
+        return head + new + rest.partition(end)[2]
+    if before is not None and before in text:
+        head, _, tail = text.partition(before)
+        return f"{head}{new}\n\n{before}{tail}"
+    return text.rstrip("\n") + f"\n\n{new}\n"
+
+
 def update_models(text: str, folder: Path) -> str:
     new = models_section(folder)
-    if new is None:
-        return text
-    start, end = MODELS
-    if start in text and end in text:
-        before, _, rest = text.partition(start)
-        _, _, after = rest.partition(end)
-        return before + new + after
-    if HEADING in text:
-        before, _, after = text.partition(HEADING)
-        return f"{before}{new}\n\n{HEADING}{after}"
-    return text.rstrip("\n") + f"\n\n{new}\n"
+    return text if new is None else place(text, MODELS, new, before=HEADING)
 
 
 DEMO = ("<!-- demo:start -->", "<!-- demo:end -->")
@@ -113,14 +116,9 @@ DEMO_OUTPUTS = ROOT / "build" / "demo" / "tpu_text_classifier" / "outputs"
 DEMO_PICTURE = "docs/demo-curves.png"  # relative to the README
 
 
-def demo_section(outputs: Path, root: Path) -> str | None:
-    """The demo run's picture and its report's flops field; copies the picture beside the README. None: no demo run."""
-    report_file, picture = outputs / "report.json", outputs / "curves.png"
-    if not (report_file.exists() and picture.exists()):
-        return None
+def demo_section(report_file: Path) -> str:
+    """The README's text around the demo run's picture: what the run did, and its report's flops field."""
     report = json.loads(report_file.read_text())
-    (root / DEMO_PICTURE).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(picture, root / DEMO_PICTURE)
     rates, logging = report["learning_rate"], report["logging"]
     stamp = datetime.fromtimestamp(report_file.stat().st_mtime, timezone.utc).strftime("%Y-%m-%d %H:%M")
     flops = ", ".join(f"{key}={value}" for key, value in report["flops"].items())
@@ -139,18 +137,14 @@ def demo_section(outputs: Path, root: Path) -> str | None:
 
 
 def update_demo(text: str, outputs: Path, root: Path) -> str:
-    new = demo_section(outputs, root)
-    if new is None:
+    """The demo section from the run in `outputs`, its picture copied beside the README; the text as it was without
+    such a run."""
+    report_file, picture = outputs / "report.json", outputs / "curves.png"
+    if not (report_file.exists() and picture.exists()):
         return text
-    if DEMO[0] in text and DEMO[1] in text:
-        before, _, rest = text.partition(DEMO[0])
-        _, _, after = rest.partition(DEMO[1])
-        return before + new + after
-    anchor = MODELS[0] if MODELS[0] in text else HEADING
-    if anchor in text:
-        before, _, after = text.partition(anchor)
-        return f"{before}{new}\n\n{anchor}{after}"
-    return text.rstrip("\n") + f"\n\n{new}\n"
+    (root / DEMO_PICTURE).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(picture, root / DEMO_PICTURE)
+    return place(text, DEMO, demo_section(report_file), before=MODELS[0] if MODELS[0] in text else HEADING)
 
 
 def update(readme: Path, results_root: Path, demo_outputs: Path = DEMO_OUTPUTS) -> None:
@@ -162,14 +156,9 @@ def update(readme: Path, results_root: Path, demo_outputs: Path = DEMO_OUTPUTS) 
             continue
         start, end = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
         new = section(results, start, end, task)
-        if start in text and end in text:
-            before, _, rest = text.partition(start)
-            _, _, after = rest.partition(end)
-            text = before + new + after
-        elif HEADING in text:
-            text = text.rstrip("\n") + f"\n\n{new}\n"
-        else:
-            text = text.rstrip("\n") + f"\n\n{HEADING}\n\n{new}\n"
+        if HEADING not in text and not (start in text and end in text):
+            new = f"{HEADING}\n\n{new}"  # the first section of a README without results
+        text = place(text, (start, end), new)  # a section missing its markers goes at the end
     readme.write_text(text)
 
 
