@@ -32,6 +32,7 @@ LOOPS = {
 }
 # The project's loop against the TPU-tuned Trainer, in rounds run one after the other, in both precisions.
 STEADY = {f"test_steady_step_against_the_tuned_trainer[{precision}]": precision for precision in ("fp32", "bf16")}
+ROUNDS = 5  # the quick profile's steady_rounds
 # The fine-tuning comparison of the precision levels: both tasks' suites have it.
 FINE_TUNING = ("fp32", "bf16", "pure-bf16-xla", "pure-bf16-xla+kahan", "pure-bf16-downcast", "pure-bf16-downcast+kahan",
                "pure-bf16-cast")
@@ -93,10 +94,8 @@ def test_quick_profile(baked_default, summary):
     check_precision({case: info[f"test_precision_mode[{case}]"] for case in PRECISION})
     check_fine_tuning({level: info[f"test_finetuning_level[{level}]"] for level in FINE_TUNING})
     check_loops({loop: info[name] for name, loop in LOOPS.items()})
-    for name, precision in STEADY.items():  # the quick profile's 3 rounds, a ratio from each
-        steady = info[name]
-        assert steady["precision"] == precision and steady["rounds"] == 3, steady
-        assert steady["steady_step_vs_tuned_trainer"] > 0 and steady["wall_vs_tuned_trainer"] > 0, steady
+    for name, precision in STEADY.items():  # the quick profile's rounds, a ratio from each
+        check_against_the_tuned_trainer(info[name], precision)
     check_fsdp({devices: info[f"test_fsdp_devices[{devices}]"] for devices in (1, 2, 4)})
     check_lora(info["test_lora_against_full_fine_tuning"])
     saving = info["test_step_checkpoint_cost"]
@@ -135,7 +134,7 @@ def check_lora(row: dict) -> None:
     and no graph added."""
     assert row["trainable_parameters_lora"] < row["total_parameters_lora"] / 10
     assert row["optimizer_bytes_per_device_lora"] < row["optimizer_bytes_per_device_full"] / 10
-    assert row["compilations_lora"] == row["compilations_full"] == 3
+    assert row["compilations_lora"] == row["compilations_full"] == 2
 
 
 def check_eval_batching(cells: dict) -> None:
@@ -201,12 +200,27 @@ def check_loops(loops: dict) -> None:
         assert info["differences"], loop
 
 
+def check_against_the_tuned_trainer(steady: dict, precision: str) -> None:
+    """The project's loop is faster than the TPU-tuned Trainer, per steady step and in wall time, in float32 and in
+    the default bf16 autocast: medians of the rounds' ratios, each round's runs side by side
+    (benchmarks/measure_recompilation.interleaved_comparison).
+
+    Held below 1, not at "The fastest loop"'s 0.9 and 0.8: on this 2-core machine the median of 5 rounds moved by
+    up to 0.1 between identical runs (steady 0.79 and 0.86 in float32, 0.65 and 0.86 in bf16), so a bound at the
+    targets would fail about one run in four with no change in the code. The tables report where each run lands.
+    The watch's cost is reported, not asserted, for the same reason (one round's ratio moved 0.70-1.08)."""
+    assert steady["precision"] == precision and steady["rounds"] == ROUNDS, steady
+    assert 0 < steady["steady_step_vs_tuned_trainer"] < 1, steady
+    assert 0 < steady["wall_vs_tuned_trainer"] < 1, steady
+    assert steady["watch_step_cost"] > 0 and steady["watch_wall_cost"] > 0, steady
+
+
 def check_lm_loops(loops: dict) -> None:
-    """The project's loop, on one device or FSDPv2 over four, compiles 3 graphs and none after warm-up; every
+    """The project's loop, on one device or FSDPv2 over four, compiles 2 graphs and none after warm-up; every
     SFTTrainer set-up that trains here compiles more; one that does not says why; every row says how it differs."""
     project = loops["project"]
     assert project["status"] == loops["project-fsdp"]["status"] == "ok"
-    assert project["graphs"] == loops["project-fsdp"]["graphs"] == 3
+    assert project["graphs"] == loops["project-fsdp"]["graphs"] == 2
     assert project["recompilations"] == loops["project-fsdp"]["recompilations"] == 0
     # The comparison has SFTTrainer figures: with the two settings it needs on XLA, it trains here.
     assert loops["sft-runs-on-xla"]["status"] == "ok", loops["sft-runs-on-xla"].get("reason")

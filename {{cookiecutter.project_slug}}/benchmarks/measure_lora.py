@@ -13,7 +13,7 @@ from .profiles import Profile
 LORA_R = 8
 EPOCHS = 1
 # 10 steps at the demo's global batch of 16: the graph watch times the steps after its warm-up (the first 4), which
-# compile nothing; one epoch keeps the row quick on a CPU (compiling its 3 graphs is most of its time).
+# compile nothing; one epoch keeps the row quick on a CPU (compiling its 2 graphs is most of its time).
 TRAIN_EXAMPLES = 160
 
 

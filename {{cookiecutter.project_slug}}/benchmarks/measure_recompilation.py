@@ -139,13 +139,23 @@ def _result(loop: str, compilations, compile_seconds, recompilations, causes, st
     }
 
 
-def interleaved_comparison(project_runs: list[dict], trainer_runs: list[dict]) -> dict:
-    """The project's loop against the tuned Trainer over rounds run one after the other: a ratio per round (its two
-    runs met about the same load on the machine), their median and range, and each loop's median figures."""
+def interleaved_comparison(project_runs: list[dict], trainer_runs: list[dict], unwatched_runs: list[dict]) -> dict:
+    """The project's loop against the tuned Trainer, and against itself without the watch, over rounds run one after
+    the other: a ratio per round (its runs met about the same load on the machine), their median and range, and each
+    loop's median figures. Without the watch there is no steady step (the watch times it): the watch's cost on the
+    step is taken from the examples per second of the epochs after the first, which both runs time alike."""
     pairs = list(zip(project_runs, trainer_runs, strict=True))
     steady = [project["steady_step_s"] / trainer["steady_step_s"] for project, trainer in pairs]
     wall = [project["wall_s"] / trainer["wall_s"] for project, trainer in pairs]
+    watched = list(zip(project_runs, unwatched_runs, strict=True))
+    watch_wall = [project["wall_s"] / unwatched["wall_s"] for project, unwatched in watched]
+    watch_step = [unwatched["steady_examples_per_second"] / project["steady_examples_per_second"]
+                  for project, unwatched in watched]
     return {
+        "watch_wall_cost": statistics.median(watch_wall),
+        "watch_wall_cost_range": f"{min(watch_wall):.3g}-{max(watch_wall):.3g}",
+        "watch_step_cost": statistics.median(watch_step),
+        "watch_step_cost_range": f"{min(watch_step):.3g}-{max(watch_step):.3g}",
         "rounds": len(pairs),
         "project_steady_step_s": statistics.median(run["steady_step_s"] for run in project_runs),
         "trainer_steady_step_s": statistics.median(run["steady_step_s"] for run in trainer_runs),
@@ -244,13 +254,15 @@ def trainer_loop(profile: Profile, output_dir: str, tuned: bool = False, logging
     """BASELINE, not the project's code: transformers' Trainer, as a user writes it or with its TPU settings; with
     `logging_steps`, logging the loss that often (its own way: a host read at each log); with `bf16`, its bf16=True
     (Accelerate's bf16 autocast, as the project's default precision)."""
-    import numpy
-    from transformers import Trainer, TrainingArguments
-
     config = compare_config(profile, output_dir)
     padding = "fixed" if tuned else "dynamic"
     watch = baseline_watch(output_dir, padding)
+    # The wall counts the Trainer's import (about 0.4 s on this machine), as the other loops' walls count what they
+    # import inside (the project's training_function imports transformers' schedules, TensorBoard, matplotlib).
     started = time.perf_counter()
+    import numpy
+    from transformers import Trainer, TrainingArguments
+
     precision.set_xla_variables("fp32")
     with compilations.counting_compilations() as compiled:
         tokenizer, train_examples, eval_examples = workload.demo_examples(config)

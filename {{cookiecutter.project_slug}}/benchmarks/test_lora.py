@@ -26,6 +26,6 @@ def test_lora_against_full_fine_tuning(benchmark, profile, tmp_path):
         compilations_full=full["compilations"], compilations_lora=lora["compilations"],
         eval_loss_full=full["eval_loss"], eval_loss_lora=lora["eval_loss"],
     )
-    assert lora["compilations"] == full["compilations"] == 3  # the adapters add no graph
+    assert lora["compilations"] == full["compilations"] == 2  # the adapters add no graph
     assert lora["recompilations"] == full["recompilations"] == 0
     assert lora["optimizer_bytes_per_device"] < full["optimizer_bytes_per_device"] / 10

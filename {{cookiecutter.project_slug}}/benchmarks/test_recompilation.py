@@ -156,17 +156,19 @@ def test_logging_cost(benchmark, profile, loops, loop):
 @pytest.mark.benchmark(group="loops: steady step against the tuned Trainer")
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_steady_step_against_the_tuned_trainer(benchmark, profile, loops, precision):
-    """The project's loop and the TPU-tuned Trainer, one after the other, `profile.steady_rounds` times: a single
-    run's steady step moves with whatever else the machine runs, a ratio of two runs side by side much less."""
+    """The project's loop, the TPU-tuned Trainer and the project's loop without the watch, one after the other,
+    `profile.steady_rounds` times: a single run's steady step moves with whatever else the machine runs, a ratio of
+    runs side by side much less."""
     folder, bf16 = loops["folder"] / f"interleaved-{precision}", precision == "bf16"
     project = functools.partial(project_loop, mixed_precision="bf16" if bf16 else "no")
-    runs = ([], [])
+    runs = ([], [], [])
 
     def interleaved():
         for index in range(profile.steady_rounds):
             runs[0].append(isolation.run(project, profile, str(folder / f"project-{index}"), True,
                                          "project-bf16" if bf16 else "project"))
             runs[1].append(isolation.run(trainer_loop, profile, str(folder / f"trainer-{index}"), True, 0, bf16))
+            runs[2].append(isolation.run(project, profile, str(folder / f"no-watch-{index}"), False))
 
     benchmark.pedantic(interleaved, rounds=1, iterations=1)
     figures = interleaved_comparison(*runs)
@@ -174,6 +176,7 @@ def test_steady_step_against_the_tuned_trainer(benchmark, profile, loops, precis
     assert figures["rounds"] == profile.steady_rounds
     # The project's loop compiles the same graphs in every round, none of them after warm-up.
     assert len({run["compilations"] for run in runs[0]}) == 1 and {run["recompilations"] for run in runs[0]} == {0}
+    assert {run["compilations"] for run in runs[2]} == {runs[0][0]["compilations"]}, "the watch compiled a graph"
     assert figures["steady_step_vs_tuned_trainer"] > 0 and figures["wall_vs_tuned_trainer"] > 0
 
 

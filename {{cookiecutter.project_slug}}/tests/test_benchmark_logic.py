@@ -79,13 +79,20 @@ def test_the_interleaved_comparison_takes_a_ratio_per_round_then_their_median():
                {"steady_step_s": 0.08, "wall_s": 6.4}]
     trainer = [{"steady_step_s": 0.10, "wall_s": 5.0}, {"steady_step_s": 0.10, "wall_s": 9.0},
                {"steady_step_s": 0.10, "wall_s": 8.0}]
-    found = interleaved_comparison(project, trainer)
+    for figures, speed in zip(project, (100, 50, 80), strict=True):
+        figures["steady_examples_per_second"] = speed
+    unwatched = [{"wall_s": 5.0, "steady_examples_per_second": 110}, {"wall_s": 9.0, "steady_examples_per_second": 50},
+                 {"wall_s": 6.4, "steady_examples_per_second": 84}]
+    found = interleaved_comparison(project, trainer, unwatched)
     # Per round: 0.9, 1.2, 0.8 (steady) and 1.2, 1.0, 0.8 (wall): each round's two runs met the same load.
     assert found["steady_step_vs_tuned_trainer"] == pytest.approx(0.9) and found["steady_ratio_range"] == "0.8-1.2"
     assert found["wall_vs_tuned_trainer"] == pytest.approx(1.0) and found["wall_ratio_range"] == "0.8-1.2"
     assert (found["project_steady_step_s"], found["trainer_steady_step_s"], found["rounds"]) == (0.09, 0.10, 3)
+    # The watch: wall 6/5, 9/9, 6.4/6.4 and step 110/100, 50/50, 84/80, per round.
+    assert found["watch_wall_cost"] == pytest.approx(1.0) and found["watch_wall_cost_range"] == "1-1.2"
+    assert found["watch_step_cost"] == pytest.approx(1.05) and found["watch_step_cost_range"] == "1-1.1"
     with pytest.raises(ValueError):
-        interleaved_comparison(project, trainer[:2])  # a round without its pair
+        interleaved_comparison(project, trainer[:2], unwatched)  # a round without its pair
 
 
 def test_precision_cases_put_fp32_first_for_each_model():

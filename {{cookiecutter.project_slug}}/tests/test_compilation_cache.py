@@ -34,7 +34,7 @@ def test_a_second_run_over_the_cache_reads_nothing_back_on_the_cpu_and_compiles_
     cold, _ = train(tmp_path, *RUN, "--compilation_cache", "true")
     warm, _ = train(tmp_path, *RUN, "--compilation_cache", "true")
     assert cold["compilation_cache"]["enabled"] and cold["compilation_cache"]["hits"] == 0
-    assert cold["compilation_cache"]["misses"] >= cold["xla_compilations"] == 3
+    assert cold["compilation_cache"]["misses"] >= cold["xla_compilations"] == 2
     assert cold["compilation_cache"]["what_it_did"].startswith("cold: ")
     cache = warm["compilation_cache"]
     assert cache["hits"] == 0 and cache["read_failures"] >= 1 and cache["what_it_did"].endswith("saved nothing")

@@ -34,9 +34,9 @@ def test_default_demo_compiles_only_warm_up_graphs_each_named(demo_report):
         assert graph["batch_shapes"]["input_ids"][1] == report["config"]["max_seq_length"]
         assert graph["compile_seconds"] > 0 and graph["cause"], graph
     assert max(graph["step"] for graph in graphs_of(report, "train")) <= 3  # the training warm-up
-    # Exactly 3: the first step, the first step with optimizer state (the steady step from then on), and the
-    # evaluation step. No graph for a host read of the attention mask (modeling.ATTENTION builds it in the graph).
-    assert [graph["phase"] for graph in watched["graphs"]] == ["train", "train", "eval"]
+    # Exactly 2: the step (the optimizer's state exists before the first one: loop/adamw.py) and the evaluation
+    # step. No graph for a host read of the attention mask (modeling.ATTENTION builds it in the graph).
+    assert [graph["phase"] for graph in watched["graphs"]] == ["train", "eval"]
     # The loss sum and the eval counts, per epoch; the loss sums and the gradient norm, per log (--logging_steps).
     assert report["logging"]["logs"] > 0
     assert report["device_to_host_transfers"] == 2 * report["epochs"] + 2 * report["logging"]["logs"]

@@ -49,14 +49,14 @@ def test_graph_holds_the_promised_types(level):
 @pytest.mark.xla
 @pytest.mark.slow
 @pytest.mark.layout("data")
-def test_the_default_is_bf16_compute_on_float32_weights_in_three_graphs(demo_report):
-    """The default demo: autocast, float32 state, 3 graphs, no deprecation warning, and it learns like float32."""
+def test_the_default_is_bf16_compute_on_float32_weights_in_two_graphs(demo_report):
+    """The default demo: autocast, float32 state, 2 graphs, no deprecation warning, and it learns like float32."""
     report, result = demo_report("bf16")
     assert report["precision"]["requested"] == report["precision"]["effective"] == "bf16"
     assert report["precision"]["autocast"] is True
     assert report["precision"]["verified"] == "f32->f32, f64->f64 in graph, autocast matmul -> bf16"
     assert report["precision"]["stored"]["weights"] == report["precision"]["stored"]["optimizer state"] == "float32"
-    assert report["xla_compilations"] == 3
+    assert report["xla_compilations"] == 2
     assert DEPRECATION not in result.stdout + result.stderr
     assert math.isfinite(report["eval_loss"])
     assert close_metrics(report, demo_report("fp32")[0])
@@ -136,7 +136,9 @@ def exact_mean(report: dict, losses: list) -> float:
 def test_reported_eval_loss_is_the_exact_sum_of_what_the_device_computed(recorded, level):
     report, _, losses, _ = recorded(level)
     assert report["precision"]["requested"] == level
-    assert report["xla_compilations"] == 3  # every level (Kahan's compensated step too) trains in the same 3 graphs
+    # Every level trains in the same 2 graphs; Kahan's compensated optimizer (optimi's) makes its state inside its
+    # first step, which is then a graph of its own.
+    assert report["xla_compilations"] == (3 if level == "pure-bf16-cast" else 2)
     assert report["eval_tokens_counted" if TASK == "causal-lm" else "eval_examples_counted"] >= 400
     assert report["eval_loss"] == pytest.approx(exact_mean(report, losses), rel=1e-4)
 

@@ -52,8 +52,8 @@ def test_the_kahan_optimizer_warms_up_and_decays_in_the_graphs_of_a_constant_rat
 @pytest.mark.machinery
 @pytest.mark.parametrize("layout", [pytest.param("data"), pytest.param("fsdp", marks=pytest.mark.layout("fsdp"))])
 def test_adafactor_warms_up_and_decays_in_the_demo_graphs_with_a_fraction_of_adamw_state(tmp_path, layout):
-    """transformers' Adafactor: its step count and decay change every step, and still no graph is added (the demo's
-    3 graphs, the count a constant rate compiles); its factored state is a small part of AdamW's two moments."""
+    """transformers' Adafactor: its step count and decay change every step, and still no graph is added (3 graphs,
+    the count a constant rate compiles: it makes its state inside its first step, a graph of its own); its factored state is a small part of AdamW's two moments."""
     env = spmd_env(4) if layout == "fsdp" else None
     report, _ = train(tmp_path, *RUN, "--optim", "adafactor", "--parallelism", layout, *WARM_UP_AND_DECAY["linear"],
                       env=env)
@@ -112,7 +112,7 @@ def test_max_steps_ends_the_run_inside_an_epoch_and_eval_steps_evaluates_inside_
     # Every evaluation counts every eval example once, in the one eval graph; the last one is the report's.
     assert {evaluation["eval_examples_counted"] for evaluation in report["evaluations"]} == {eval_examples(64)}
     assert report["evaluations"][-1]["eval_loss"] == report["eval_loss"]
-    assert report["xla_compilations"] == 3 and report["recompilations"] == 0
+    assert report["xla_compilations"] == 2 and report["recompilations"] == 0
     assert report["checkpoint"].endswith("epoch-2")
     # The compilation cache is off by default (test_compilation_cache.py): the report says so, and nothing is written.
     assert report["compilation_cache"] == {"enabled": False} and not (tmp_path / "outputs" / "xla-cache").exists()

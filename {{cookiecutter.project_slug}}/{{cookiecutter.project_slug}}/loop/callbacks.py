@@ -17,6 +17,7 @@ sees the graphs a checkpoint compiled and a preempted run stops after its checkp
 point gets the run's state (run_state.py); the points in the order a run reaches them:
 
   on_fit_start(run)                  once, before the first epoch
+  before_sync(run)                   a training step is traced, about to be cut and run (the first one compiles)
   after_train_step(run, batch)       a training step ran and was synced (the loop's thread reads nothing from the device)
   at_step_boundary(run)              between two optimizer steps: a checkpoint may be due, a stop asked for
   after_eval_step(run, step, batch)  an evaluation step ran and was synced
@@ -30,6 +31,9 @@ class Callback:
     """Every point, doing nothing: the names and arguments a feature answers (a point it lacks is skipped)."""
 
     def on_fit_start(self, run) -> None:
+        pass
+
+    def before_sync(self, run) -> None:
         pass
 
     def after_train_step(self, run, batch) -> None:

@@ -1,11 +1,18 @@
-"""The optimizer a run steps with (--optim): torch's AdamW by default, transformers' Adafactor, or (with
---kahan_summation) optimi's AdamW, which keeps the part of each bf16 update that rounding drops (precision/bf16_updates.py).
+"""The optimizer a run steps with (--optim): the project's AdamW by default (adamw.py), transformers' Adafactor, or
+(with --kahan_summation) optimi's AdamW, which keeps the part of each bf16 update that rounding drops
+(precision/bf16_updates.py).
 
-Each is stepped inside the training step's graph, and none adds a graph as its learning rate or step count moves:
-the run sends Python scalars to the device as data (xla/compilation.py), Adafactor's per-step decay among them.
+Each is stepped inside the training step's graph, and none adds a graph as its learning rate or step count moves.
+The default AdamW sends its moving numbers as one tensor; the other two take them as Python scalars (Adafactor's
+per-step decay among them), so their runs send every Python scalar to the device as data (xla/compilation.py).
 """
 
-import torch
+from .adamw import AdamW
+
+
+def takes_python_scalars(name: str, kahan_summation: bool) -> bool:
+    """Whether the optimizer passes its learning rate or step-dependent numbers to the device as Python scalars."""
+    return name != "adamw" or kahan_summation
 
 
 def make_optimizer(name: str, parameters, learning_rate: float, weight_decay: float, kahan_summation: bool):
@@ -18,12 +25,17 @@ def make_optimizer(name: str, parameters, learning_rate: float, weight_decay: fl
         return Adafactor(parameters, lr=learning_rate, weight_decay=weight_decay, scale_parameter=False,
                          relative_step=False, warmup_init=False)
     if not kahan_summation:
-        # foreach: torch picks its per-tensor loop for any device but CUDA's, and on XLA that loop is Python tracing
-        # every step: the multi-tensor path traces the same update in fewer calls (the benchmarks' demo step on
-        # XLA:CPU: the optimizer's tracing 24 ms -> 14 ms a step, the same 3 graphs).
-        return torch.optim.AdamW(parameters, lr=learning_rate, weight_decay=weight_decay, foreach=True)
-    from optimi import AdamW
+        return AdamW(parameters, lr=learning_rate, weight_decay=weight_decay)
+    from optimi import AdamW as KahanAdamW
 
     # foreach and triton off: optimi 0.3 picks Triton only for CUDA tensors, and its foreach path warns that
     # it is deprecated; the for-loop step is one fused graph on XLA all the same.
-    return AdamW(parameters, lr=learning_rate, weight_decay=weight_decay, kahan_sum=True, foreach=False, triton=False)
+    return KahanAdamW(parameters, lr=learning_rate, weight_decay=weight_decay, kahan_sum=True, foreach=False, triton=False)
+
+
+def create_state(optimizer) -> None:
+    """The default AdamW's state, created before the first step (AdamW.create_state says why); the others make theirs
+    in their first step. `optimizer` may be Accelerate's wrapper."""
+    inner = getattr(optimizer, "optimizer", optimizer)
+    if isinstance(inner, AdamW):
+        inner.create_state()

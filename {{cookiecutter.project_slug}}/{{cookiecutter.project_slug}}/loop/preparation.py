@@ -17,7 +17,7 @@ from ..models.modeling import make_graph_friendly
 from ..precision import bf16_updates
 from ..precision import levels as precision
 from ..tasks import task
-from .optimizers import make_optimizer
+from . import optimizers
 
 
 @dataclass
@@ -80,7 +80,7 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
         eval_examples, collator, config.eval_batch_size * per_loader, layout.loader_shards(accelerator)
     )
     # Trainable parameters only: with LoRA the frozen base gets no optimizer state (models/lora.py).
-    optimizer = make_optimizer(
+    optimizer = optimizers.make_optimizer(
         config.optim, lora.trainable_parameters(model), learning_rate, config.weight_decay,
         precision_report.kahan_summation,
     )
@@ -107,6 +107,7 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
     model, optimizer, train_loader, eval_loader, scheduler = layout.prepare(
         accelerator, model, optimizer, train_loader, eval_loader, scheduler
     )
+    optimizers.create_state(optimizer)  # the weights are where they train now (Accelerate moved them, FSDPv2 sharded them)
     if len(train_loader) != steps_per_epoch:
         raise RuntimeError(f"Accelerate's loader gives {len(train_loader)} steps per epoch, the schedule expects {steps_per_epoch}")
     clip = functools.partial(layout.clip_gradients, accelerator, model, config.max_grad_norm) if config.max_grad_norm else None

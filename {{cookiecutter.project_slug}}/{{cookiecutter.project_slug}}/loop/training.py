@@ -34,9 +34,10 @@ from ..watch.metrics_log import MetricsLog
 from ..watch.step_profile import StepProfile
 from ..xla import compilation as xla_compilation
 from ..xla import device as devices
-from . import export
+from . import collector, export
 from .callbacks import Callbacks
 from .evaluation import evaluate
+from .optimizers import takes_python_scalars
 from .preparation import prepare
 from .report import format_table, run_report, write_report
 from .run_state import RunState
@@ -45,6 +46,11 @@ from .step import train_step
 
 def training_function(model=None, config: TrainConfig | None = None) -> dict:
     """Train and evaluate; return the report. Builds the model only when none is passed in."""
+    with collector.earlier_objects_frozen():  # the libraries' million objects out of the run's full collections
+        return _training_function(model, config)
+
+
+def _training_function(model, config: TrainConfig | None) -> dict:
     config = config or TrainConfig()
     environment.check_stack()
     environment.check_tracker(config.report_to)
@@ -56,7 +62,8 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
     analysis_file = None
     if environment.xla_installed():
         precision.set_xla_variables(level)
-        xla_compilation.scalars_as_data()  # a learning rate of 0 (warm-up) or of any size is the same graph
+        if takes_python_scalars(config.optim, config.kahan_summation):
+            xla_compilation.scalars_as_data()  # a learning rate of 0 (warm-up) or of any size is the same graph
         if config.watch_compilations:
             analysis_file = compile_analysis.enable_analysis(Path(config.output_dir) / "xla-compilations", process_label())
     layout.start()
@@ -204,6 +211,7 @@ def train_epoch(accelerator, parts, run: RunState, batches, callbacks, guard: Lo
             guard.add(step.loss)
             run.grad_norm = step.grad_norm
             run.after_step()
+            callbacks.before_sync(run)
             devices.sync(accelerator.device)
             callbacks.after_train_step(run, batch)  # the metrics log hands what it reads to its own thread
             if run.shown:

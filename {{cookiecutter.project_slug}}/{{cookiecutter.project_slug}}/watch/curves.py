@@ -2,9 +2,30 @@
 matplotlib from OUTPUT_DIR/metrics.jsonl (so that a resumed run's picture holds the whole run)."""
 
 import json
+import threading
 from pathlib import Path
 
 CURVES_FILE = "curves.png"
+_importing = None  # the thread importing matplotlib while the run trains
+
+
+def import_in_background() -> None:
+    """Import matplotlib on a thread of its own while the run trains, not at its end.
+
+    The import took 0.3-0.4 s of the benchmarks' 24-step demo run on XLA:CPU; torch_xla releases the GIL while it
+    compiles and runs a graph, so on a thread the import overlaps them. `draw` waits for it.
+    """
+    global _importing
+    if _importing is None:
+        _importing = threading.Thread(target=_import_matplotlib, name="curves-import", daemon=True)
+        _importing.start()
+
+
+def _import_matplotlib() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # a file, never a window: a TPU VM has no screen
+    import matplotlib.pyplot  # noqa: F401
 
 
 def draw(metrics_path, picture_path) -> str | None:
@@ -13,9 +34,10 @@ def draw(metrics_path, picture_path) -> str | None:
         if Path(metrics_path).exists() else []
     if not records:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")  # a file, never a window: a TPU VM has no screen
+    if _importing is not None:
+        _importing.join()
+    else:
+        _import_matplotlib()
     import matplotlib.pyplot as plt
 
     logs = [record for record in records if "learning_rate" in record]

@@ -3,7 +3,7 @@
 Nothing here touches an XLA device at import time: the notebook imports it in its device-free parent process.
 """
 
-from .sharding import replicate_under_spmd
+from .sharding import replicate_under_spmd, zeros_like_as_data
 
 
 def uses_xla(device) -> bool:
@@ -54,3 +54,11 @@ def device_values(values: list, dtype, device):
         # a fresh one after a sharded one (the next epoch, the second eval batch) compiles again.
         replicate_under_spmd(tensor)
     return tensor
+
+
+def zeros_like(tensor):
+    """Zeros like `tensor`; on an XLA device sent as data, sharded as it is (sharding.zeros_like_as_data), never a
+    graph constant: an optimizer state made of constants in its first step makes that step a graph of its own."""
+    import torch
+
+    return zeros_like_as_data(tensor) if uses_xla(tensor.device) else torch.zeros_like(tensor)

@@ -4,6 +4,8 @@ What the FSDPv2 layout (parallel/fsdp.py, fsdp_wrapping.py) asks of torch_xla, a
 """
 
 import functools
+import math
+import re
 
 import numpy as np
 
@@ -70,3 +72,20 @@ def local_shard_indices(tensor) -> list:
     import torch_xla
 
     return [indices for _, indices in torch_xla._XLAC._get_local_shard_replica_and_indices([tensor])[0]]
+
+
+def zeros_like_as_data(tensor):
+    """Zeros shaped, typed and sharded like `tensor` (on an XLA device), sent from the host as data: under SPMD each
+    of this host's chips receives only its own shard, never the whole tensor; no graph computes them."""
+    import torch
+    import torch_xla
+
+    spec = torch_xla._XLAC._get_xla_sharding_spec(tensor)  # "" when not sharded
+    if not spec or "replicated" in spec:
+        return torch.zeros(tensor.shape, dtype=tensor.dtype).to(tensor.device)
+    # A tiled sharding reads "{devices=[4,1]0,1,2,3}": tiles per dimension (then any replicated tile dimension).
+    tiles = [int(count) for count in re.search(r"devices=\[([\d,]+)\]", spec).group(1).split(",")][:tensor.dim()]
+    shard = torch.zeros([math.ceil(size / count) for size, count in zip(tensor.shape, tiles, strict=True)], dtype=tensor.dtype)
+    local_chips = len(torch_xla._XLAC._xla_get_runtime_devices())
+    return torch_xla._XLAC._global_tensor_from_cpu_shards(
+        [shard] * local_chips, torch_xla._XLAC._get_xla_op_sharding(tensor), list(tensor.shape))
