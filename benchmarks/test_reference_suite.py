@@ -32,7 +32,7 @@ LOOPS = {
 }
 # The project's loop against the TPU-tuned Trainer, in rounds run one after the other, in both precisions.
 STEADY = {f"test_steady_step_against_the_tuned_trainer[{precision}]": precision for precision in ("fp32", "bf16")}
-ROUNDS = 5  # the quick profile's steady_rounds
+ROUNDS = 3  # the quick profile's steady_rounds
 # The fine-tuning comparison of the precision levels: both tasks' suites have it.
 FINE_TUNING = ("fp32", "bf16", "pure-bf16-xla", "pure-bf16-xla+kahan", "pure-bf16-downcast", "pure-bf16-downcast+kahan",
                "pure-bf16-cast")

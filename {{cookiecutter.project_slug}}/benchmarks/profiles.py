@@ -73,7 +73,7 @@ def _profiles() -> dict[str, Profile]:
         "quick": Profile(
             name="quick", precision_models=("demo", "mid"), larger_model_modes=("fp32", "model-cast"), batch_size=8,
             max_seq_length=64, warmup_steps=3, timed_steps=5, full_grid=False, eval_rounds=3, grid_train_steps=4,
-            compare_epochs=2, compare_train_examples=200, steady_rounds=5,
+            compare_epochs=2, compare_train_examples=200, steady_rounds=3,
             # 32 tokens hold a demo sentence; 16 steps (128 examples) are enough for the lost updates to show.
             pretrain_epochs=2, pretrain_train_examples=480, finetune_epochs=1, finetune_train_examples=128,
             finetune_batch_size=8, finetune_seq_length=32,

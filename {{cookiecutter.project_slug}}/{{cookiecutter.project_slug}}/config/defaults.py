@@ -23,7 +23,7 @@ PADDING_MODES = ("fixed", "buckets", "dynamic")
 PURE_BF16_CHOICES = ("no", "xla", "downcast", "cast")
 # Learning-rate schedules (transformers' get_scheduler names); linear, without warm-up, is transformers' Trainer's default.
 SCHEDULES = ("linear", "cosine", "constant", "constant_with_warmup")
-# Optimizers (loop/optimizers.py): torch's AdamW, or transformers' Adafactor (factored state: fewer bytes per weight).
+# Optimizers (loop/optimizers.py): the project's AdamW (adamw.py), or transformers' Adafactor (factored: fewer bytes).
 OPTIMIZERS = ("adamw", "adafactor")
 TRACKERS = ("tensorboard", "wandb", "trackio", "none")  # --report_to: Accelerate's trackers of these names
 # A from-scratch model learns the demo at a much higher rate than a pretrained one is fine-tuned at.

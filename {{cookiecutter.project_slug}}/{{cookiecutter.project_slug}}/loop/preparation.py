@@ -98,7 +98,7 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
 
     # Sized in the scheduler's own calls: Accelerate's prepared scheduler (data) steps the one it wraps
     # num_processes times per optimizer step, so a schedule sized in optimizer steps would reach 0 early.
-    # Any learning rate, 0 included, is the same graph: the run sends scalars as data (xla/compilation.py).
+    # Any learning rate, 0 included, is the same graph (the optimizer takes it as data: loop/optimizers.py).
     calls = layout.scheduler_calls_per_step(accelerator)
     scheduler = get_scheduler(
         config.lr_scheduler_type, optimizer,
