@@ -9,7 +9,7 @@ new graph. Sending every scalar as device data instead (xla/compilation.py) cost
 and 500 graph parameters a step on the demo's model. Its capturable mode keeps the step count on the device, but
 torch refuses it with foreach on XLA (`_get_capturable_supported_devices(supports_xla=False)` in torch/optim/adam.py
 2.9) and its per-tensor path traced a third more graph. The update is torch's AdamW's (decoupled weight decay, then
-Adam with bias correction); tests/test_optimizers.py checks it against torch's.
+Adam with bias correction); tests/test_adamw.py checks it against torch's.
 
 The state keeps torch's layout (a CPU `step` tensor, `exp_avg`, `exp_avg_sq` per weight), so checkpoints, resume
 and the FSDP sharded checkpoint treat it as they treat torch's.

@@ -3,7 +3,7 @@
 Nothing here touches an XLA device at import time: the notebook imports it in its device-free parent process.
 """
 
-from .sharding import replicate_under_spmd, zeros_like_as_data
+from .sharding import replicate_under_spmd, sharded_zeros_like
 
 
 def uses_xla(device) -> bool:
@@ -47,18 +47,29 @@ def device_values(values: list, dtype, device):
     """
     import torch
 
-    tensor = torch.tensor(values, dtype=dtype).to(device)
+    return _as_data(torch.tensor(values, dtype=dtype), device)
+
+
+def _as_data(host_tensor, device):
+    """`host_tensor` sent to `device`; under SPMD marked replicated.
+
+    Under SPMD a graph's outputs carry a sharding (a sum is replicated) and the sharding is part of the graph: a
+    tensor fresh from the host must carry the same, or the step that first sees a fresh one after a graph's output
+    (the next epoch, the second eval batch, the second optimizer step) compiles again.
+    """
+    tensor = host_tensor.to(device)
     if uses_xla(device):
-        # Under SPMD a graph's outputs carry a sharding (a sum is replicated) and the sharding is part of
-        # the graph: an accumulator fresh from the host must carry the same, or the step that first sees
-        # a fresh one after a sharded one (the next epoch, the second eval batch) compiles again.
         replicate_under_spmd(tensor)
     return tensor
 
 
 def zeros_like(tensor):
-    """Zeros like `tensor`; on an XLA device sent as data, sharded as it is (sharding.zeros_like_as_data), never a
-    graph constant: an optimizer state made of constants in its first step makes that step a graph of its own."""
+    """Zeros like `tensor`; on an XLA device sent as data, sharded as it is (sharding.sharded_zeros_like), never a
+    graph constant: an optimizer state made of constants in its first step makes that step a graph of its own.
+    (Sent unmarked, an unsharded weight's moments made FSDPv2's second step another graph on one chip.)"""
     import torch
 
-    return zeros_like_as_data(tensor) if uses_xla(tensor.device) else torch.zeros_like(tensor)
+    if not uses_xla(tensor.device):
+        return torch.zeros_like(tensor)
+    sharded = sharded_zeros_like(tensor)
+    return sharded if sharded is not None else _as_data(torch.zeros(tensor.shape, dtype=tensor.dtype), tensor.device)

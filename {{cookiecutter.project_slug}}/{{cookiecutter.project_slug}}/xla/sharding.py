@@ -74,20 +74,16 @@ def local_shard_indices(tensor) -> list:
     return [indices for _, indices in torch_xla._XLAC._get_local_shard_replica_and_indices([tensor])[0]]
 
 
-def zeros_like_as_data(tensor):
-    """Zeros shaped, typed and sharded like `tensor` (on an XLA device), sent from the host as data: under SPMD each
-    of this host's chips receives only its own shard, never the whole tensor, and an unsharded one is marked
-    replicated; no graph computes them."""
+def sharded_zeros_like(tensor):
+    """Zeros shaped, typed and sharded like `tensor` (on an XLA device), sent from the host as data: each of this
+    host's chips receives only its own shard, never the whole tensor; no graph computes them. None when `tensor` is
+    not split over chips (device.zeros_like sends those whole)."""
     import torch
     import torch_xla
 
     spec = torch_xla._XLAC._get_xla_sharding_spec(tensor)  # "" when not sharded
     if not spec or "replicated" in spec:
-        zeros = torch.zeros(tensor.shape, dtype=tensor.dtype).to(tensor.device)
-        # Under SPMD the step's outputs carry a sharding, replicated for these: fresh zeros must carry it too, or the
-        # second step (given the first one's outputs) is another graph (seen with the causal-LM model on 2 chips).
-        replicate_under_spmd(zeros)
-        return zeros
+        return None
     # A tiled sharding reads "{devices=[4,1]0,1,2,3}": tiles per dimension (then any replicated tile dimension).
     tiles = [int(count) for count in re.search(r"devices=\[([\d,]+)\]", spec).group(1).split(",")][:tensor.dim()]
     shard = torch.zeros([math.ceil(size / count) for size, count in zip(tensor.shape, tiles, strict=True)], dtype=tensor.dtype)
