@@ -51,6 +51,7 @@ EXPECTED = {
 # The causal-LM bake's loop comparison (benchmarks/test_lm_loops.py): the project's loop against TRL's SFTTrainer.
 LM_LOOPS = ("project", "project-fsdp", "sft-as-written", "sft-runs-on-xla", "sft-tpu-example")
 LM_LOOPS_EXPECTED = {f"test_lm_loop[{loop}]": "causal-lm: loops" for loop in LM_LOOPS}
+LM_LEAD = "test_tokens_per_second_against_sfttrainer"
 COPIED = ("quick.json", "results.md", "summary.md", "results.png")
 
 
@@ -110,12 +111,14 @@ def test_causal_lm_quick_profile(tmp_path_factory, summary):
     project = bake_into(tmp_path_factory.mktemp("bench-causal-lm"), task="causal-lm")
     results = RESULTS / "causal-lm"
     benchmarks, stdout, wall = run_suite(project, results, "benchmarks-causal-lm")
-    expected = {**FINE_TUNING_EXPECTED, **LM_LOOPS_EXPECTED, "test_lora_against_full_fine_tuning": "lora"}
+    expected = {**FINE_TUNING_EXPECTED, **LM_LOOPS_EXPECTED, LM_LEAD: "causal-lm: lead over SFTTrainer",
+                "test_lora_against_full_fine_tuning": "lora"}
     assert not set(expected) - set(benchmarks), sorted(set(expected) - set(benchmarks))
     for name, group in expected.items():
         assert benchmarks[name]["group"] == group, name
     info = {name: entry["extra_info"] for name, entry in benchmarks.items()}
     check_lm_loops({loop: info[f"test_lm_loop[{loop}]"] for loop in LM_LOOPS})
+    check_lm_lead(info[LM_LEAD])
     check_fine_tuning({level: info[f"test_finetuning_level[{level}]"] for level in FINE_TUNING})
     packing = {padding: info[f"test_packing[{padding}]"] for padding in ("fixed", "longest", "dynamic")}
     assert packing["fixed"]["train_padding_fraction"] == 0 < packing["longest"]["train_padding_fraction"]
@@ -233,6 +236,17 @@ def check_lm_loops(loops: dict) -> None:
             assert info["reason"], loop
         if loop.startswith("sft") and info["status"] == "ok":
             assert info["graphs"] > project["graphs"], loop
+
+
+def check_lm_lead(lead: dict) -> None:
+    """The project's loop trains more tokens per second than SFTTrainer: the median of the rounds' ratios, each
+    round's runs side by side (benchmarks/rounds.py in the bake).
+
+    Held above 1, not at "The fastest loop"'s 3.9: that figure was one run of each loop in one `make test`, and
+    single runs there gave 2.9 to 3.95; the table reports where each run's median lands."""
+    assert lead["rounds"] == ROUNDS and lead["against"] == "sft-runs-on-xla", lead
+    assert lead["tokens_per_second_lead"] > 1, lead
+    assert lead["project_tokens_per_second"] > 0 and lead["sft_tokens_per_second"] > 0, lead
 
 
 def check_fsdp(runs: dict) -> None:

@@ -17,6 +17,7 @@ A configuration that cannot run on XLA here gives a row with its error (`failed_
 
 import os
 import re
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -29,6 +30,7 @@ from {{ cookiecutter.project_slug }}.xla import device as devices
 
 from .baseline_watch import baseline_watch, recording, trainer_callback
 from .profiles import Profile
+from .rounds import over_rounds
 
 FSDP_DEVICES = 4  # Accelerate's example runs on a v5litepod-8; four XLA:CPU devices in one SPMD process here
 
@@ -247,6 +249,24 @@ LOOPS = {
     "project-fsdp": (project_loop, True),
     **{setup: (sft_loop, setup) for setup in SFT_SETUPS},
 }
+
+
+# The SFTTrainer set-up the lead is taken over: the one that trains on XLA here (the others stop with their error).
+LEAD_OVER = "sft-runs-on-xla"
+
+
+def lead_over_rounds(project_rows: list[dict], sft_rows: list[dict]) -> dict:
+    """The project's tokens per second over SFTTrainer's, their rows run one after the other round after round: the
+    median of the rounds' ratios (above 1, the project's loop is faster), their range, and each loop's median."""
+    lead, lead_range = over_rounds([row["steady_tokens_per_second"] for row in project_rows],
+                                   [row["steady_tokens_per_second"] for row in sft_rows])
+    wall, wall_range = over_rounds([row["wall_s"] for row in project_rows], [row["wall_s"] for row in sft_rows])
+    return {
+        "project_tokens_per_second": statistics.median(row["steady_tokens_per_second"] for row in project_rows),
+        "sft_tokens_per_second": statistics.median(row["steady_tokens_per_second"] for row in sft_rows),
+        "tokens_per_second_lead": lead, "lead_range": lead_range, "wall_vs_sft": wall, "wall_range": wall_range,
+        "rounds": len(project_rows), "against": LEAD_OVER,
+    }
 
 
 def measure(loop: str, profile: Profile, output_dir: str) -> dict:

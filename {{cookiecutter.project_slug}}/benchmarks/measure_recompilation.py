@@ -31,6 +31,7 @@ from . import workload
 from .baseline_watch import baseline_watch, recording, trainer_callback
 from .grid import Cell
 from .profiles import Profile
+from .rounds import over_rounds
 
 # Accelerate's examples/nlp_example.py: train 16, eval 32 (EVAL_BATCH_SIZE), 100 warm-up steps.
 EXAMPLE_TRAIN_BATCH_SIZE = 16
@@ -144,25 +145,26 @@ def interleaved_comparison(project_runs: list[dict], trainer_runs: list[dict], u
     the other: a ratio per round (its runs met about the same load on the machine), their median and range, and each
     loop's median figures. Without the watch there is no steady step (the watch times it): the watch's cost on the
     step is taken from the examples per second of the epochs after the first, which both runs time alike."""
-    pairs = list(zip(project_runs, trainer_runs, strict=True))
-    steady = [project["steady_step_s"] / trainer["steady_step_s"] for project, trainer in pairs]
-    wall = [project["wall_s"] / trainer["wall_s"] for project, trainer in pairs]
-    watched = list(zip(project_runs, unwatched_runs, strict=True))
-    watch_wall = [project["wall_s"] / unwatched["wall_s"] for project, unwatched in watched]
-    watch_step = [unwatched["steady_examples_per_second"] / project["steady_examples_per_second"]
-                  for project, unwatched in watched]
+    steady, steady_range = over_rounds([run["steady_step_s"] for run in project_runs],
+                                       [run["steady_step_s"] for run in trainer_runs])
+    wall, wall_range = over_rounds([run["wall_s"] for run in project_runs], [run["wall_s"] for run in trainer_runs])
+    watch_wall, watch_wall_range = over_rounds([run["wall_s"] for run in project_runs],
+                                               [run["wall_s"] for run in unwatched_runs])
+    # A step's time is the inverse of its examples per second: without the watch over with it.
+    watch_step, watch_step_range = over_rounds([run["steady_examples_per_second"] for run in unwatched_runs],
+                                               [run["steady_examples_per_second"] for run in project_runs])
     return {
-        "watch_wall_cost": statistics.median(watch_wall),
-        "watch_wall_cost_range": f"{min(watch_wall):.3g}-{max(watch_wall):.3g}",
-        "watch_step_cost": statistics.median(watch_step),
-        "watch_step_cost_range": f"{min(watch_step):.3g}-{max(watch_step):.3g}",
-        "rounds": len(pairs),
+        "watch_wall_cost": watch_wall,
+        "watch_wall_cost_range": watch_wall_range,
+        "watch_step_cost": watch_step,
+        "watch_step_cost_range": watch_step_range,
+        "rounds": len(project_runs),
         "project_steady_step_s": statistics.median(run["steady_step_s"] for run in project_runs),
         "trainer_steady_step_s": statistics.median(run["steady_step_s"] for run in trainer_runs),
-        "steady_step_vs_tuned_trainer": statistics.median(steady),
-        "steady_ratio_range": f"{min(steady):.3g}-{max(steady):.3g}",
-        "wall_vs_tuned_trainer": statistics.median(wall),
-        "wall_ratio_range": f"{min(wall):.3g}-{max(wall):.3g}",
+        "steady_step_vs_tuned_trainer": steady,
+        "steady_ratio_range": steady_range,
+        "wall_vs_tuned_trainer": wall,
+        "wall_ratio_range": wall_range,
     }
 
 

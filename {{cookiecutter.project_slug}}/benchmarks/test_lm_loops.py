@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from .measure_lm_loops import LOOPS, measure, ratios
+from .measure_lm_loops import LEAD_OVER, LOOPS, lead_over_rounds, measure, ratios
 
 
 @pytest.fixture(scope="module")
@@ -48,3 +48,26 @@ def test_lm_loop(benchmark, profile, rows, loop):
         assert result["graphs"] > project["graphs"], result
     else:
         assert result["reason"], result  # what failed, in one line, instead of a missing row
+
+
+@pytest.mark.benchmark(group="causal-lm: lead over SFTTrainer")
+def test_tokens_per_second_against_sfttrainer(benchmark, profile, rows):
+    """The project's loop and SFTTrainer (the set-up that trains on XLA), one after the other,
+    `profile.steady_rounds` times: a single run's speed moves with the machine's load, a ratio of runs side by side
+    much less (rounds.py)."""
+    folder, runs = rows["folder"] / "lead", ([], [])
+
+    def interleaved():
+        for index in range(profile.steady_rounds):
+            runs[0].append(measure("project", profile, str(folder / f"project-{index}")))
+            runs[1].append(measure(LEAD_OVER, profile, str(folder / f"sft-{index}")))
+
+    benchmark.pedantic(interleaved, rounds=1, iterations=1)
+    assert {row["status"] for row in runs[0] + runs[1]} == {"ok"}, [row.get("reason") for row in runs[0] + runs[1]]
+    figures = lead_over_rounds(*runs)
+    benchmark.extra_info.update(figures, headline="tokens_per_second_lead")
+    assert figures["rounds"] == profile.steady_rounds
+    # Every round is the same work: the project's 2 graphs, none after warm-up; SFTTrainer's steps as many.
+    assert {row["graphs"] for row in runs[0]} == {2} and {row["recompilations"] for row in runs[0]} == {0}
+    assert {row["optimizer_steps"] for row in runs[0] + runs[1]} == {runs[0][0]["optimizer_steps"]}
+    assert figures["tokens_per_second_lead"] > 0

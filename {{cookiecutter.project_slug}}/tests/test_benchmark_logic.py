@@ -95,6 +95,16 @@ def test_the_interleaved_comparison_takes_a_ratio_per_round_then_their_median():
         interleaved_comparison(project, trainer[:2], unwatched)  # a round without its pair
 
 
+def test_a_comparison_over_rounds_is_the_median_of_each_rounds_ratio_with_their_range():
+    from benchmarks.rounds import over_rounds
+
+    # Ratios 2, 4 and 3: the median of the ratios, not the ratio of the medians (6/2 = 3 here too, 5/1 would not be).
+    assert over_rounds([4.0, 8.0, 6.0], [2.0, 2.0, 2.0]) == (3.0, "2-4")
+    assert over_rounds([5.0, 1.0, 3.0], [1.0, 1.0, 3.0]) == (1.0, "1-5")
+    with pytest.raises(ValueError):
+        over_rounds([1.0, 2.0], [1.0])  # a round without its other run
+
+
 def test_precision_cases_put_fp32_first_for_each_model():
     modes = list(graph_types.MODES)
     for name in ("quick", "full"):
