@@ -211,11 +211,13 @@ def check_against_the_tuned_trainer(steady: dict, precision: str) -> None:
     Held below 1, not at "The fastest loop"'s 0.9 and 0.8: on this 2-core machine the median of 5 rounds moved by
     up to 0.1 between identical runs (steady 0.79 and 0.86 in float32, 0.65 and 0.86 in bf16), so a bound at the
     targets would fail about one run in four with no change in the code. The tables report where each run lands.
-    The watch's cost is reported, not asserted, for the same reason (one round's ratio moved 0.70-1.08)."""
+    The watch's cost with against without it is reported, not asserted, for the same reason (one round's ratio moved
+    0.70-1.33); its own checks, timed inside each run, are held within 5 % of the run."""
     assert steady["precision"] == precision and steady["rounds"] == ROUNDS, steady
     assert 0 < steady["steady_step_vs_tuned_trainer"] < 1, steady
     assert 0 < steady["wall_vs_tuned_trainer"] < 1, steady
     assert steady["watch_step_cost"] > 0 and steady["watch_wall_cost"] > 0, steady
+    assert 0 < steady["watch_host_share"] < 0.05, steady
 
 
 def check_lm_loops(loops: dict) -> None:

@@ -158,6 +158,9 @@ def interleaved_comparison(project_runs: list[dict], trainer_runs: list[dict], u
         "watch_wall_cost_range": watch_wall_range,
         "watch_step_cost": watch_step,
         "watch_step_cost_range": watch_step_range,
+        # The watch's own checks timed inside each run (graph_watch.host_seconds): what it can add, free of the
+        # load that moves one run against another.
+        "watch_host_share": statistics.median(run["watch_seconds"] / run["wall_s"] for run in project_runs),
         "rounds": len(project_runs),
         "project_steady_step_s": statistics.median(run["steady_step_s"] for run in project_runs),
         "trainer_steady_step_s": statistics.median(run["steady_step_s"] for run in trainer_runs),
@@ -191,6 +194,7 @@ def project_loop(profile: Profile, output_dir: str, watch: bool = True, loop: st
         steady_examples_per_second=report["steady_examples_per_second"],
         checkpoints_written=report["checkpoints_written"], checkpoint_seconds=report["checkpoint_seconds"],
         logging_steps=config.logging_steps, logs=report["logging"]["logs"],
+        watch_seconds=report["graphs"]["watch_seconds"] if watch else None,
     )
 
 

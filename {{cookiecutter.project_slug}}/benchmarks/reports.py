@@ -51,15 +51,16 @@ VIEWS = {
         "(median time between two steps that compiled nothing), and ratios to the project's loop.",
     ),
     "loops: steady step against the tuned Trainer": View(
-        ("project_steady_step_s", "trainer_steady_step_s", "steady_step_vs_tuned_trainer",
-         "steady_ratio_range", "wall_vs_tuned_trainer", "wall_ratio_range", "watch_step_cost", "watch_wall_cost",
-         "rounds"),
+        ("steady_step_vs_tuned_trainer", "steady_ratio_range", "wall_vs_tuned_trainer", "wall_ratio_range",
+         "watch_step_cost", "watch_wall_cost", "watch_host_share", "rounds"),
         "The project's loop, the TPU-tuned Trainer and the project's loop without the watch on the loops' workload, in "
         "float32 and in bf16 autocast (the project's default precision; Trainer's bf16=True), run one after the other "
-        "`rounds` times: each loop's median steady step; the project's steady step and wall time over the Trainer's "
-        "(below 1, the project's loop is faster); and what the watch costs, the project's step time (from the "
-        "examples per second after the first epoch) and wall time with the watch over without it. Each ratio is the "
-        "median of the rounds' ratios; the range is theirs.",
+        "`rounds` times: the project's steady step and wall time over the Trainer's (below 1, the project's loop is "
+        "faster; each loop's median steady step is in results.md); and what the watch costs, two ways: the project's "
+        "step time (from the examples per second after the first epoch) and wall time with the watch over without it, "
+        "which carry the load that moves one run against another, and the watch's own checks timed inside each "
+        "watched run, as a share of its wall time. Each ratio is the median of the rounds' ratios; the range is "
+        "theirs.",
     ),
     "logging: cost": View(
         ("logging_steps", "steady_step_s", "no_logs_steady_step_s", "steady_step_vs_no_logs", "logs",

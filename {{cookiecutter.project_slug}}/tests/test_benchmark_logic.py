@@ -79,8 +79,8 @@ def test_the_interleaved_comparison_takes_a_ratio_per_round_then_their_median():
                {"steady_step_s": 0.08, "wall_s": 6.4}]
     trainer = [{"steady_step_s": 0.10, "wall_s": 5.0}, {"steady_step_s": 0.10, "wall_s": 9.0},
                {"steady_step_s": 0.10, "wall_s": 8.0}]
-    for figures, speed in zip(project, (100, 50, 80), strict=True):
-        figures["steady_examples_per_second"] = speed
+    for figures, speed, watching in zip(project, (100, 50, 80), (0.06, 0.09, 0.032), strict=True):
+        figures["steady_examples_per_second"], figures["watch_seconds"] = speed, watching
     unwatched = [{"wall_s": 5.0, "steady_examples_per_second": 110}, {"wall_s": 9.0, "steady_examples_per_second": 50},
                  {"wall_s": 6.4, "steady_examples_per_second": 84}]
     found = interleaved_comparison(project, trainer, unwatched)
@@ -91,6 +91,8 @@ def test_the_interleaved_comparison_takes_a_ratio_per_round_then_their_median():
     # The watch: wall 6/5, 9/9, 6.4/6.4 and step 110/100, 50/50, 84/80, per round.
     assert found["watch_wall_cost"] == pytest.approx(1.0) and found["watch_wall_cost_range"] == "1-1.2"
     assert found["watch_step_cost"] == pytest.approx(1.05) and found["watch_step_cost_range"] == "1-1.1"
+    # The watch's own time in each watched run: 0.06 of 6, 0.09 of 9 and 0.032 of 6.4 seconds.
+    assert found["watch_host_share"] == pytest.approx(0.01)
     with pytest.raises(ValueError):
         interleaved_comparison(project, trainer[:2], unwatched)  # a round without its pair
 

@@ -18,8 +18,9 @@ from pathlib import Path
 from ..xla import compilation
 from .compile_analysis import HOST_READ, Analysis, parse_analyses
 
-# Training compiles three graphs before its steady state: the first step, the first step with
-# optimizer state, the steady step.
+# Training may compile up to three graphs before its steady state: the first step, the first step with
+# optimizer state, the steady step (Adafactor and Kahan's AdamW make their state in their first step; the default
+# AdamW makes it before, so its step compiles once).
 WARMUP_TRAIN_STEPS = 3
 PHASES = ("train", "eval", "other")
 
@@ -66,6 +67,7 @@ class GraphWatch:
     _said: set = field(default_factory=set)
     _last_step: tuple | None = None  # (epoch, time) of the last training step
     _step_seconds: list = field(default_factory=list)
+    host_seconds: float = 0.0  # the watch's own time in its checks: what it adds to the run at most
 
     def start(self) -> None:
         """From here on every new graph is the loop's (the precision check and set-up came before)."""
@@ -92,6 +94,13 @@ class GraphWatch:
 
     def check(self, phase: str, epoch: int, step: int | None = None, batch=None) -> None:
         """Look for graphs compiled since the last check; call after the step's sync."""
+        started = time.perf_counter()
+        try:
+            self._check(phase, epoch, step, batch)
+        finally:
+            self.host_seconds += time.perf_counter() - started
+
+    def _check(self, phase: str, epoch: int, step: int | None, batch) -> None:
         shapes = batch_shapes(batch) if batch is not None else None
         new = (compilation.compilations_so_far() or 0) - self._count
         if phase == "train":
@@ -149,6 +158,7 @@ class GraphWatch:
             "recompilations": self.recompilations,
             "recompilation_causes": self.recompilation_causes(),
             "causes_from": "torch_xla analysis (PT_XLA_DEBUG_LEVEL=1)" if self.analysis_file else None,
+            "watch_seconds": self.host_seconds,
             "graphs": [asdict(graph) for graph in self.graphs],
         }
 
