@@ -3,6 +3,10 @@
 The suite runs in its own interpreter (its measurements fork children from a parent that
 never touched an XLA device, which this pytest process cannot promise). Its JSON, table
 and plot are copied here; `python tools/update_readme_results.py` puts the table in README.md.
+
+The benchmarks the bake marks `timing` (loops timed against each other in rounds) run apart, in the tests marked
+`alone`: `make test` runs those after everything else, with nothing beside them, because the other suites on the
+second core moved a round's ratio by up to half; their results go to benchmark-results/alone/ (and causal-lm/alone/).
 """
 
 import json
@@ -42,7 +46,6 @@ EXPECTED = {
     **FINE_TUNING_EXPECTED,
     **{f"test_eval_cell[{cell}]": "recompilation: eval batching" for cell in GRID},
     **{name: "recompilation: loops" for name in LOOPS},
-    **{name: "loops: steady step against the tuned Trainer" for name in STEADY},
     "test_compilation_cache_warm_run": "recompilation: compilation cache",
     "test_step_checkpoint_cost": "checkpoints",
     **{f"test_fsdp_devices[{devices}]": "fsdp: devices" for devices in (1, 2, 4)},
@@ -55,8 +58,9 @@ LM_LEAD = "test_tokens_per_second_against_sfttrainer"
 COPIED = ("quick.json", "results.md", "summary.md", "results.png")
 
 
-def run_suite(project: Path, results: Path, name: str):
-    """Run a baked project's quick benchmark suite as a user does; copy its results to `results`.
+def run_suite(project: Path, results: Path, name: str, marks: str = "not timing"):
+    """Run a baked project's quick benchmark suite as a user does, the benchmarks `marks` selects; copy its results
+    to `results`.
 
     Returns (the benchmarks by name, the suite's output, its wall seconds).
     """
@@ -65,8 +69,8 @@ def run_suite(project: Path, results: Path, name: str):
     env.setdefault("PJRT_DEVICE", "CPU")
     started = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "benchmarks", "-q", "-p", "no:cacheprovider", f"--benchmark-json={out / 'quick.json'}",
-         *durations_args(name)],
+        [sys.executable, "-m", "pytest", "benchmarks", "-q", "-p", "no:cacheprovider", "-m", marks,
+         f"--benchmark-json={out / 'quick.json'}", *durations_args(name)],
         check=False, cwd=project, env=env, capture_output=True, text=True, timeout=1800,
     )
     wall = time.perf_counter() - started
@@ -95,8 +99,7 @@ def test_quick_profile(baked_default, summary):
     check_precision({case: info[f"test_precision_mode[{case}]"] for case in PRECISION})
     check_fine_tuning({level: info[f"test_finetuning_level[{level}]"] for level in FINE_TUNING})
     check_loops({loop: info[name] for name, loop in LOOPS.items()})
-    for name, precision in STEADY.items():  # the quick profile's rounds, a ratio from each
-        check_against_the_tuned_trainer(info[name], precision)
+    assert not set(STEADY) & set(benchmarks), "the timed comparison runs alone (test_loops_timed_alone)"
     check_fsdp({devices: info[f"test_fsdp_devices[{devices}]"] for devices in (1, 2, 4)})
     check_lora(info["test_lora_against_full_fine_tuning"])
     saving = info["test_step_checkpoint_cost"]
@@ -111,14 +114,13 @@ def test_causal_lm_quick_profile(tmp_path_factory, summary):
     project = bake_into(tmp_path_factory.mktemp("bench-causal-lm"), task="causal-lm")
     results = RESULTS / "causal-lm"
     benchmarks, stdout, wall = run_suite(project, results, "benchmarks-causal-lm")
-    expected = {**FINE_TUNING_EXPECTED, **LM_LOOPS_EXPECTED, LM_LEAD: "causal-lm: lead over SFTTrainer",
-                "test_lora_against_full_fine_tuning": "lora"}
+    expected = {**FINE_TUNING_EXPECTED, **LM_LOOPS_EXPECTED, "test_lora_against_full_fine_tuning": "lora"}
     assert not set(expected) - set(benchmarks), sorted(set(expected) - set(benchmarks))
     for name, group in expected.items():
         assert benchmarks[name]["group"] == group, name
     info = {name: entry["extra_info"] for name, entry in benchmarks.items()}
     check_lm_loops({loop: info[f"test_lm_loop[{loop}]"] for loop in LM_LOOPS})
-    check_lm_lead(info[LM_LEAD])
+    assert LM_LEAD not in benchmarks, "the timed comparison runs alone (test_loops_timed_alone)"
     check_fine_tuning({level: info[f"test_finetuning_level[{level}]"] for level in FINE_TUNING})
     packing = {padding: info[f"test_packing[{padding}]"] for padding in ("fixed", "longest", "dynamic")}
     assert packing["fixed"]["train_padding_fraction"] == 0 < packing["longest"]["train_padding_fraction"]
@@ -129,6 +131,29 @@ def test_causal_lm_quick_profile(tmp_path_factory, summary):
     check_fsdp({devices: info[f"test_fsdp_devices[{devices}]"] for devices in (1, 2, 4)})
     check_lora(info["test_lora_against_full_fine_tuning"])
     summary.append(f"causal-lm suite wall time {wall:.0f} s; JSON, table and plot copied to {results}")
+    summary.extend(suite_summary(stdout))
+
+
+@pytest.mark.slow
+@pytest.mark.alone
+@pytest.mark.parametrize("task", ["text-classification", "causal-lm"])
+def test_loops_timed_alone(tmp_path_factory, summary, task):
+    """The benchmarks each bake marks `timing`: the project's loop against the tuned Trainer in both precisions, the
+    causal-LM loop's lead over SFTTrainer; timed with nothing else running (`make test` runs them last)."""
+    lm = task == "causal-lm"
+    project = bake_into(tmp_path_factory.mktemp(f"timed-{task}"), task=task)
+    results = RESULTS / "causal-lm" / "alone" if lm else RESULTS / "alone"
+    benchmarks, stdout, wall = run_suite(project, results, f"benchmarks-{task}-alone", marks="timing")
+    expected = {LM_LEAD: "causal-lm: lead over SFTTrainer"} if lm else {
+        name: "loops: steady step against the tuned Trainer" for name in STEADY}
+    assert set(benchmarks) == set(expected), sorted(benchmarks)
+    for name, group in expected.items():
+        assert benchmarks[name]["group"] == group, name
+        if lm:
+            check_lm_lead(benchmarks[name]["extra_info"])
+        else:  # the quick profile's rounds, a ratio from each
+            check_against_the_tuned_trainer(benchmarks[name]["extra_info"], STEADY[name])
+    summary.append(f"{task} timed benchmarks, alone: {wall:.0f} s; copied to {results}")
     summary.extend(suite_summary(stdout))
 
 
@@ -206,18 +231,18 @@ def check_loops(loops: dict) -> None:
 def check_against_the_tuned_trainer(steady: dict, precision: str) -> None:
     """The project's loop is faster than the TPU-tuned Trainer, per steady step and in wall time, in float32 and in
     the default bf16 autocast: medians of the rounds' ratios, each round's runs side by side
-    (benchmarks/measure_recompilation.interleaved_comparison).
+    (benchmarks/measure_recompilation.interleaved_comparison), run with nothing else running (test_loops_timed_alone).
 
-    Held below 1, not at "The fastest loop"'s 0.9 and 0.8: on this 2-core machine, with the other suites on the
-    second core, the median of the quick profile's 3 rounds moved from 0.76 to 0.97 (float32's steady step) over
-    four fresh clones of nearly the same code, and in three of them one precision's steady step came out at or above
-    0.9 (0.906, 0.902, 0.970); run alone, two runs agreed within 10 % and under both targets. The tables report
-    where each run lands. The watch's cost with against without it is reported, not asserted, for the same reason
-    (one round's ratio moved 0.76-1.37); its own checks, timed inside each run, are held within 5 % of the run."""
+    Held below 1, not at "The fastest loop"'s 0.9 and 0.8: with the other suites on the second core the median of
+    the quick profile's 3 rounds moved from 0.76 to 0.97 (float32's steady step) over five fresh clones; alone, one
+    run of a loop still moves 10-25 % from the next on this shared 2-core machine (six runs of the same project
+    loop back to back: steady step 0.081-0.126 s), so a median of 3 rounds lands within about 10 % of the last, too
+    near 0.9 to hold it there. The tables report where each run lands. The watch's own checks, timed inside each
+    run, are held within 5 % of the run."""
     assert steady["precision"] == precision and steady["rounds"] == ROUNDS, steady
     assert 0 < steady["steady_step_vs_tuned_trainer"] < 1, steady
     assert 0 < steady["wall_vs_tuned_trainer"] < 1, steady
-    assert steady["watch_step_cost"] > 0 and steady["watch_wall_cost"] > 0, steady
+    assert steady["project_steady_step_s"] > 0 and steady["trainer_steady_step_s"] > 0, steady
     assert 0 < steady["watch_host_share"] < 0.05, steady
 
 

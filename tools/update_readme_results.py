@@ -1,7 +1,8 @@
 """Put the latest quick-profile tables (written by `make test`) into README.md, one section per task.
 
 benchmark-results/summary.md is the default (text-classification) bake's; benchmark-results/causal-lm/ the
-causal-LM bake's.
+causal-LM bake's; each one's alone/ holds the benchmarks `make test` times last, with nothing else running (the
+loops timed against each other).
 
 The README shows the suite's own view (at most 8 columns a table, each with the sentence it supports);
 the full tables stay in benchmark-results/results.md and the JSON.
@@ -29,7 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 HEADING = "## Latest benchmark results"
 # (results folder below benchmark-results/, marker name, what the section is)
-SECTIONS = (("", "results", "text-classification (the default bake)"), ("causal-lm", "results-causal-lm", "causal-lm"))
+SECTIONS = (("", "results", "text-classification (the default bake)"), ("causal-lm", "results-causal-lm", "causal-lm"),
+            ("alone", "results-alone", "text-classification, timed alone"),
+            ("causal-lm/alone", "results-causal-lm-alone", "causal-lm, timed alone"))
 
 
 def machine(results: Path) -> str:
@@ -43,13 +46,15 @@ def machine(results: Path) -> str:
     return f"measured {when} UTC on {where}, Python {info.get('python_version', '?')}"
 
 
-def section(results: Path, start: str, end: str, task: str) -> str:
+def section(results: Path, start: str, end: str, task: str, root: Path) -> str:
+    """The README section of one results folder below `root` (benchmark-results/)."""
     table = (results / "summary.md").read_text().strip().splitlines()
     title = table[0].lstrip("# ").strip()  # "Benchmark results (quick profile, xla:CPU)"
     extra = json.loads((results / "run.json").read_text()) if (results / "run.json").exists() else {}
-    wall = f"; the whole quick suite took {extra['suite_wall_s']:.0f} s" if "suite_wall_s" in extra else ""
+    suite = "these benchmarks" if results.name == "alone" else "the whole quick suite"
+    wall = f"; {suite} took {extra['suite_wall_s']:.0f} s" if "suite_wall_s" in extra else ""
     body = ["#" + line if line.startswith("## ") else line for line in table[1:]]
-    folder = results.relative_to(results.parents[1]) if results.name != "benchmark-results" else Path(results.name)
+    folder = Path("benchmark-results", results.relative_to(root))
     intro = (
         f"{title}, {machine(results)}{wall}. Every figure below is generated from that run: regenerate "
         f"with `make test` then `make results`. Full tables: {folder}/results.md; the figure: {folder}/results.png. "
@@ -155,7 +160,7 @@ def update(readme: Path, results_root: Path, demo_outputs: Path = DEMO_OUTPUTS) 
         if not (results / "summary.md").exists():
             continue
         start, end = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
-        new = section(results, start, end, task)
+        new = section(results, start, end, task, results_root)
         if HEADING not in text and not (start in text and end in text):
             new = f"{HEADING}\n\n{new}"  # the first section of a README without results
         text = place(text, (start, end), new)  # a section missing its markers goes at the end

@@ -140,26 +140,16 @@ def _result(loop: str, compilations, compile_seconds, recompilations, causes, st
     }
 
 
-def interleaved_comparison(project_runs: list[dict], trainer_runs: list[dict], unwatched_runs: list[dict]) -> dict:
-    """The project's loop against the tuned Trainer, and against itself without the watch, over rounds run one after
-    the other: a ratio per round (its runs met about the same load on the machine), their median and range, and each
-    loop's median figures. Without the watch there is no steady step (the watch times it): the watch's cost on the
-    step is taken from the examples per second of the epochs after the first, which both runs time alike."""
+def interleaved_comparison(project_runs: list[dict], trainer_runs: list[dict]) -> dict:
+    """The project's loop against the tuned Trainer over rounds run one after the other: a ratio per round (its runs
+    met about the same load on the machine), their median and range, and each loop's median figures; and the
+    watch's own checks, timed inside each of the project's runs, as a share of the run's wall time."""
     steady, steady_range = over_rounds([run["steady_step_s"] for run in project_runs],
                                        [run["steady_step_s"] for run in trainer_runs])
     wall, wall_range = over_rounds([run["wall_s"] for run in project_runs], [run["wall_s"] for run in trainer_runs])
-    watch_wall, watch_wall_range = over_rounds([run["wall_s"] for run in project_runs],
-                                               [run["wall_s"] for run in unwatched_runs])
-    # A step's time is the inverse of its examples per second: without the watch over with it.
-    watch_step, watch_step_range = over_rounds([run["steady_examples_per_second"] for run in unwatched_runs],
-                                               [run["steady_examples_per_second"] for run in project_runs])
     return {
-        "watch_wall_cost": watch_wall,
-        "watch_wall_cost_range": watch_wall_range,
-        "watch_step_cost": watch_step,
-        "watch_step_cost_range": watch_step_range,
-        # The watch's own checks timed inside each run (graph_watch.host_seconds): what it can add, free of the
-        # load that moves one run against another.
+        # The watch's own checks timed inside each run (graph_watch.host_seconds): what it adds, free of the noise
+        # that moves one run against another (a run with against one without it moved 0.76-1.37 a round).
         "watch_host_share": statistics.median(run["watch_seconds"] / run["wall_s"] for run in project_runs),
         "rounds": len(project_runs),
         "project_steady_step_s": statistics.median(run["steady_step_s"] for run in project_runs),

@@ -52,15 +52,14 @@ VIEWS = {
     ),
     "loops: steady step against the tuned Trainer": View(
         ("steady_step_vs_tuned_trainer", "steady_ratio_range", "wall_vs_tuned_trainer", "wall_ratio_range",
-         "watch_step_cost", "watch_wall_cost", "watch_host_share", "rounds"),
-        "The project's loop, the TPU-tuned Trainer and the project's loop without the watch on the loops' workload, in "
-        "float32 and in bf16 autocast (the project's default precision; Trainer's bf16=True), run one after the other "
-        "`rounds` times: the project's steady step and wall time over the Trainer's (below 1, the project's loop is "
-        "faster; each loop's median steady step is in results.md); and what the watch costs, two ways: the project's "
-        "step time (from the examples per second after the first epoch) and wall time with the watch over without it, "
-        "which carry the load that moves one run against another, and the watch's own checks timed inside each "
-        "watched run, as a share of its wall time. Each ratio is the median of the rounds' ratios; the range is "
-        "theirs.",
+         "project_steady_step_s", "watch_host_share", "rounds"),
+        "The project's loop and the TPU-tuned Trainer on the loops' workload, in float32 and in bf16 autocast (the "
+        "project's default precision; Trainer's bf16=True), run one after the other `rounds` times, each round in "
+        "the other order than the last, with nothing else running (`pytest benchmarks -m timing`): the project's "
+        "steady step and wall time over the Trainer's (below 1, the project's loop is faster), each the median of "
+        "the rounds' ratios with their range; the project's median steady step in seconds (the Trainer's is in "
+        "results.md); and the watch's own checks, "
+        "timed inside each of the project's runs, as a share of its wall time.",
     ),
     "logging: cost": View(
         ("logging_steps", "steady_step_s", "no_logs_steady_step_s", "steady_step_vs_no_logs", "logs",
@@ -137,9 +136,10 @@ VIEWS = {
     "causal-lm: lead over SFTTrainer": View(
         ("project_tokens_per_second", "sft_tokens_per_second", "tokens_per_second_lead", "lead_range", "wall_vs_sft",
          "wall_range", "rounds"),
-        "The project's loop and SFTTrainer as it trains on XLA here (sft-runs-on-xla above) on the same workload, run "
-        "one after the other `rounds` times: each loop's median real tokens per second at the steady step, the "
-        "project's over SFTTrainer's (above 1, the project's loop is faster) and the project's wall time over "
+        "The project's loop and SFTTrainer as it trains on XLA here (the loops' sft-runs-on-xla row) on the same "
+        "workload, run one after the other `rounds` times, each round in the other order than the last, with nothing "
+        "else running (`pytest benchmarks -m timing`): each loop's median real tokens per second at the steady step, "
+        "the project's over SFTTrainer's (above 1, the project's loop is faster) and the project's wall time over "
         "SFTTrainer's. Each ratio is the median of the rounds' ratios; the range is theirs.",
     ),
     "lora": View(

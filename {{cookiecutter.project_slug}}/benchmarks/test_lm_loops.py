@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from . import rounds
 from .measure_lm_loops import LEAD_OVER, LOOPS, lead_over_rounds, measure, ratios
 
 
@@ -51,18 +52,18 @@ def test_lm_loop(benchmark, profile, rows, loop):
 
 
 @pytest.mark.benchmark(group="causal-lm: lead over SFTTrainer")
+@pytest.mark.timing
 def test_tokens_per_second_against_sfttrainer(benchmark, profile, rows):
     """The project's loop and SFTTrainer (the set-up that trains on XLA), one after the other,
-    `profile.steady_rounds` times: a single run's speed moves with the machine's load, a ratio of runs side by side
-    much less (rounds.py)."""
-    folder, runs = rows["folder"] / "lead", ([], [])
-
-    def interleaved():
-        for index in range(profile.steady_rounds):
-            runs[0].append(measure("project", profile, str(folder / f"project-{index}")))
-            runs[1].append(measure(LEAD_OVER, profile, str(folder / f"sft-{index}")))
-
-    benchmark.pedantic(interleaved, rounds=1, iterations=1)
+    `profile.steady_rounds` times, each round in the other order than the last: a single run's speed moves with the
+    machine's load, a ratio of runs side by side much less (rounds.py). Marked `timing`: `make test` runs it with
+    nothing else running."""
+    folder = rows["folder"] / "lead"
+    runs = benchmark.pedantic(rounds.alternating, args=(
+        profile.steady_rounds,
+        lambda index: measure("project", profile, str(folder / f"project-{index}")),
+        lambda index: measure(LEAD_OVER, profile, str(folder / f"sft-{index}")),
+    ), rounds=1, iterations=1)
     assert {row["status"] for row in runs[0] + runs[1]} == {"ok"}, [row.get("reason") for row in runs[0] + runs[1]]
     figures = lead_over_rounds(*runs)
     benchmark.extra_info.update(figures, headline="tokens_per_second_lead")

@@ -71,13 +71,24 @@ def main(argv=None) -> int:
     and xmp.spawn) and drops its return value, so a returned 2 would reach the shell as 0.
     """
     config = parse(argv)
+    from .launch.environment import EnvironmentProblem, check_stack
+    from .launch.processes import is_main_process
+
+    def stop(error: Exception, said: str = "error"):
+        # A problem that every process raised together is said once, by the main process.
+        if not getattr(error, "every_process", False) or is_main_process():
+            print(f"{said}: {error}", file=sys.stderr)
+        raise SystemExit(getattr(error, "exit_code", 2)) from None
+
+    try:
+        check_stack()  # before the training code's imports (seconds): a stack that cannot run says so at once
+    except EnvironmentProblem as error:
+        stop(error)
     from .data.formats import DataProblem
     from .data.hub import ModelUnavailable
     from .fault_tolerance.checkpointing import CheckpointProblem
     from .fault_tolerance.loss_guard import NonFiniteLoss
     from .fault_tolerance.preemption import Preempted
-    from .launch.environment import EnvironmentProblem
-    from .launch.processes import is_main_process
     from .loop.training import training_function
     from .precision.levels import PrecisionUnavailable
     from .watch.graph_watch import RecompilationLimit
@@ -88,10 +99,7 @@ def main(argv=None) -> int:
         ConfigError, DataProblem, CheckpointProblem, EnvironmentProblem, ModelUnavailable, PrecisionUnavailable,
         RecompilationLimit, Preempted, NonFiniteLoss,
     ) as error:
-        # A problem that every process raised together is said once, by the main process.
-        if not getattr(error, "every_process", False) or is_main_process():
-            print(f"{'stopped' if isinstance(error, Preempted) else 'error'}: {error}", file=sys.stderr)
-        raise SystemExit(getattr(error, "exit_code", 2)) from None
+        stop(error, "stopped" if isinstance(error, Preempted) else "error")
     return 0
 
 

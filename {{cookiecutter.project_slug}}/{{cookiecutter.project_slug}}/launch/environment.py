@@ -50,11 +50,7 @@ def check_stack() -> None:
     fix = f"install the pair together, e.g. `pip install torch=={xla_release} 'torch_xla[tpu]=={xla_release}'`"
     if torch_release and xla_release and torch_release.split(".")[:2] != xla_release.split(".")[:2]:
         raise EnvironmentProblem(f"torch {torch_release} does not match torch_xla {xla_release}: {fix}")
-    reason = runtime.import_problem()
-    if reason:
-        raise EnvironmentProblem(
-            f"torch_xla {xla_release} cannot be imported with torch {torch_release} ({reason}): {fix}"
-        ) from None
+    # Before the import below (seconds): a TPU asked for on a machine without one is told at once.
     if wants_tpu and not libtpu_installed():
         if tpu_device_files():
             raise EnvironmentProblem(
@@ -66,6 +62,11 @@ def check_stack() -> None:
             "unset PJRT_DEVICE, or set PJRT_DEVICE=CPU for an XLA device on the CPU "
             "(on a TPU VM, `pip install -e '.[tpu]'`)"
         )
+    reason = runtime.import_problem()
+    if reason:
+        raise EnvironmentProblem(
+            f"torch_xla {xla_release} cannot be imported with torch {torch_release} ({reason}): {fix}"
+        ) from None
 
 
 def local_rank() -> str:
