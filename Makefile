@@ -34,20 +34,18 @@ env: $(STAMP) ## Create the pinned environment in .venv (reused while the pins a
 envs:
 	@$(MAKE) --no-print-directory -j2 $(STAMP) $(XPK_STAMP)
 
-# --no-compile: pip would byte-compile every installed module, about a minute on one core for torch's thousands; Python
-# compiles the ones a run imports, once, the first time (measured: compileall of the environment, 41 s on 2 cores).
 $(STAMP): requirements.txt
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet --no-compile -r requirements.txt
+	$(VENV)/bin/pip install --quiet -r requirements.txt
 	touch $@
 
 $(XPK_STAMP): $(XPK_PINS)
 	rm -rf $(XPK_VENV)
 	$(PYTHON) -m venv $(XPK_VENV)
 	$(XPK_VENV)/bin/pip install --quiet --upgrade pip
-	$(XPK_VENV)/bin/pip install --quiet --no-compile -r $(XPK_PINS)
+	$(XPK_VENV)/bin/pip install --quiet -r $(XPK_PINS)
 	touch $@
 
 demo: env ## Bake the template with its defaults into build/ and train the offline demo on an XLA CPU device
@@ -69,7 +67,7 @@ test: envs ## Lint, then everything: bakes, hooks, the four main bakes' whole su
 		$(PY) -m pytest $(PARALLEL) --junitxml=$(DURATIONS)/top-level.xml -o junit_suite_name=top-level \
 		-m "not check_only and not alone" --ignore=$(BAKE_TIME) tests benchmarks || status=$$?; \
 	$(TEST_ENV) DURATIONS=$(DURATIONS) $(PY) -m pytest -q -p no:xdist --junitxml=$(DURATIONS)/alone.xml \
-		-o junit_suite_name=alone -m alone tests benchmarks || status=$$?; \
+		-o junit_suite_name=alone -o junit_family=xunit1 -m alone tests benchmarks || status=$$?; \
 	$(PY) tools/durations.py $(DURATIONS) > $(RESULTS)/durations.md && head -n 20 $(RESULTS)/durations.md; \
 	exit $$status
 

@@ -66,7 +66,7 @@ def test_tokens_per_second_against_sfttrainer(benchmark, profile, rows):
     ), rounds=1, iterations=1)
     assert {row["status"] for row in runs[0] + runs[1]} == {"ok"}, [row.get("reason") for row in runs[0] + runs[1]]
     figures = lead_over_rounds(*runs)
-    benchmark.extra_info.update(figures, headline="tokens_per_second_lead")
+    benchmark.extra_info.update(figures, device=runs[0][0]["device"], headline="tokens_per_second_lead")
     assert figures["rounds"] == profile.steady_rounds
     # Every round is the same work: the project's 2 graphs, none after warm-up; SFTTrainer's steps as many.
     assert {row["graphs"] for row in runs[0]} == {2} and {row["recompilations"] for row in runs[0]} == {0}

@@ -171,7 +171,8 @@ def test_steady_step_against_the_tuned_trainer(benchmark, profile, loops, precis
         lambda index: isolation.run(trainer_loop, profile, str(folder / f"trainer-{index}"), True, 0, bf16),
     ), rounds=1, iterations=1)
     figures = interleaved_comparison(*runs)
-    benchmark.extra_info.update(figures, precision=precision, headline="steady_step_vs_tuned_trainer")
+    benchmark.extra_info.update(figures, precision=precision, device=runs[0][0]["device"],
+                                headline="steady_step_vs_tuned_trainer")
     assert figures["rounds"] == profile.steady_rounds
     # The project's loop compiles the same graphs in every round, none of them after warm-up.
     assert len({run["compilations"] for run in runs[0]}) == 1 and {run["recompilations"] for run in runs[0]} == {0}
