@@ -116,12 +116,12 @@ def test_a_failed_run_exits_non_zero_through_accelerate_launch_on_xla(tmp_path):
 @pytest.mark.xla
 @pytest.mark.machinery
 @pytest.mark.slow
-# One flag the parser refuses, one value the config's checks refuse (config/checks.py: every other value's error takes
-# that path, each tested through train.py beside its option); a launch through Accelerate's XLA launcher costs about
-# 15 s here.
 @pytest.mark.parametrize(("given", "said"), [
     (["--lr", "1e-4"], "unknown option --lr: did you mean --learning_rate?"),
     (["--gradient_accumulation_steps", "0"], "gradient_accumulation_steps=0: must be a positive whole number"),
+    (["--report_to", "comet"], "report_to='comet': must be one of tensorboard, wandb, trackio, none"),
+    (["--profile_steps", "3-2"], "profile_steps='3-2': must be A-B, the first and last optimizer step to trace "
+                                 "(1 <= A <= B), or A alone"),
 ])
 def test_a_bad_flag_is_one_line_and_exit_status_2_through_accelerate_launch_on_xla(tmp_path, given, said):
     output = tmp_path / "outputs"
