@@ -237,8 +237,8 @@ def check_against_the_tuned_trainer(steady: dict, precision: str) -> None:
     the quick profile's 3 rounds moved from 0.76 to 0.97 (float32's steady step) over five fresh clones; alone, one
     run of a loop still moves 10-25 % from the next on this shared 2-core machine (six runs of the same project
     loop back to back: steady step 0.081-0.126 s), and the median of 3 rounds alone moved from 0.70 to 0.90 over four
-    runs of the same code (float32's steady step): too near 0.9 to hold it there. The tables report where each run lands. The watch's own checks, timed inside each
-    run, are held within 5 % of the run."""
+    runs of the same code (float32's steady step): too near 0.9 to hold it there. The tables report where each run
+    lands. The watch's own checks, timed inside each run, are held within 5 % of the run."""
     assert steady["precision"] == precision and steady["rounds"] == ROUNDS, steady
     assert 0 < steady["steady_step_vs_tuned_trainer"] < 1, steady
     assert 0 < steady["wall_vs_tuned_trainer"] < 1, steady

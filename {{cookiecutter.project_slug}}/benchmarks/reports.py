@@ -58,8 +58,8 @@ VIEWS = {
         "the other order than the last, with nothing else running (`pytest benchmarks -m timing`): the project's "
         "steady step and wall time over the Trainer's (below 1, the project's loop is faster), each the median of "
         "the rounds' ratios with their range; the project's median steady step in seconds (the Trainer's is in "
-        "results.md); and the watch's own checks, "
-        "timed inside each of the project's runs, as a share of its wall time.",
+        "results.md); and the watch's own checks, timed inside each of the project's runs, as a share of its wall "
+        "time.",
     ),
     "logging: cost": View(
         ("logging_steps", "steady_step_s", "no_logs_steady_step_s", "steady_step_vs_no_logs", "logs",
