@@ -64,11 +64,13 @@ test: envs ## Lint, then everything: bakes, hooks, the four main bakes' whole su
 	rm -rf $(DURATIONS) && mkdir -p $(DURATIONS)
 	$(PY) -m pytest -q -p no:xdist --junitxml=$(DURATIONS)/bake-time.xml -o junit_suite_name=bake-time $(BAKE_TIME)
 	status=0; $(TEST_ENV) MODEL_MATRIX_RESULTS=$(RESULTS)/models DURATIONS=$(DURATIONS) XPK=$(XPK) REQUIRE_XPK=1 \
+		NEWEST_VERSIONS=$(RESULTS)/newest-versions.txt \
 		$(PY) -m pytest $(PARALLEL) --junitxml=$(DURATIONS)/top-level.xml -o junit_suite_name=top-level \
 		-m "not check_only and not alone" --ignore=$(BAKE_TIME) tests benchmarks || status=$$?; \
 	$(TEST_ENV) DURATIONS=$(DURATIONS) $(PY) -m pytest -q -p no:xdist --junitxml=$(DURATIONS)/alone.xml \
 		-o junit_suite_name=alone -o junit_family=xunit1 -m alone tests benchmarks || status=$$?; \
 	$(PY) tools/durations.py $(DURATIONS) > $(RESULTS)/durations.md && head -n 20 $(RESULTS)/durations.md; \
+	echo "The newest allowed releases (tests/test_newest_versions.py):"; head -n 9 $(RESULTS)/newest-versions.txt; \
 	exit $$status
 
 notebook: env ## Rebuild the template's notebook with nbformat (never edit the .ipynb by hand)

@@ -45,13 +45,13 @@ def suite_env(**extra) -> dict:
     return {**env, **extra}
 
 
-def run_baked_tests(project: Path, *pytest_args: str, name: str) -> str:
+def run_baked_tests(project: Path, *pytest_args: str, name: str, python: str = sys.executable) -> str:
     """Run a baked project's own pytest suite inside it; fail unless it passed with nothing skipped.
 
-    `name` names the suite in the durations table."""
+    `name` names the suite in the durations table; `python`, the environment's interpreter (this one's by default)."""
     env = suite_env(PJRT_DEVICE="CPU", REQUIRE_XLA="1", HF_HUB_OFFLINE="1")
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *durations_args(name), *pytest_args],
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *durations_args(name), *pytest_args],
         cwd=project, env=env, capture_output=True, text=True, timeout=3600,
     )
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""

@@ -300,8 +300,8 @@ def test_typed_answers_are_kept_literally(tmp_path):
         "description": "{{ cookiecutter.author }} and `touch " + str(sentinel) + "`",
         "author": "Ünïcode \"quoted\" \\ author",
     }
-    # Blank lines accept the defaults of every later question.
-    stdin = "\n".join([*typed.values(), *[""] * 30]) + "\n"
+    # The task comes first (a blank line: its default); blank lines accept the defaults of every later question.
+    stdin = "\n".join(["", *typed.values(), *[""] * 30]) + "\n"
     result = subprocess.run(
         [sys.executable, "-m", "cookiecutter", str(TEMPLATE), "--output-dir", str(tmp_path / "out")],
         input=stdin, capture_output=True, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"}, check=False,

@@ -15,25 +15,25 @@ import yaml
 from tests.baking import TEMPLATE
 
 TEMPLATE_DIR = TEMPLATE / "{{cookiecutter.project_slug}}"
-# Files that exist only for some answers; everything else is always baked.
-NOTEBOOK_ONLY = {"train_on_tpu.ipynb", "tests/test_notebook.py", "tpu_text_classifier/launch/launch_guard.py"}
+# Files that exist only for some answers; everything else is always baked. PKG/ is the package (the slug).
+NOTEBOOK_ONLY = {"train_on_tpu.ipynb", "tests/test_notebook.py", "PKG/launch/launch_guard.py"}
 SCRIPT_ONLY = {"train.py", "tests/test_script.py"}
 BENCHMARKS_ONLY_PREFIXES = (
-    "benchmarks/", ".github/workflows/benchmarks.yml", "tests/test_benchmark_logic.py", "tpu_text_classifier/watch/memory.py",
+    "benchmarks/", ".github/workflows/benchmarks.yml", "tests/test_benchmark_logic.py", "PKG/watch/memory.py",
 )
 # Each task's own files (the post-gen hook keeps the chosen task's).
 TASK_ONLY = {
     "text-classification": {
-        "tpu_text_classifier/tasks/text_classification.py", "tests/test_data_files.py", "tests/test_training.py",
+        "PKG/tasks/text_classification.py", "tests/test_data_files.py", "tests/test_training.py",
         "tests/test_benchmark_logic.py", "benchmarks/measure_precision.py", "benchmarks/test_precision.py",
         "benchmarks/measure_recompilation.py", "benchmarks/test_recompilation.py", "benchmarks/grid.py",
         "benchmarks/workload.py", "benchmarks/test_checkpointing.py", "benchmarks/measure_shared_model.py",
-        "benchmarks/test_shared_model_memory.py", "tpu_text_classifier/watch/memory.py", "data/demo/train.csv",
+        "benchmarks/test_shared_model_memory.py", "PKG/watch/memory.py", "data/demo/train.csv",
         "data/demo/eval.csv",
     },
     "causal-lm": {
-        "tpu_text_classifier/tasks/causal_lm.py", "tpu_text_classifier/tasks/instructions.py",
-        "tpu_text_classifier/tasks/samples.py", "tests/test_causal_lm.py", "tests/test_instructions.py",
+        "PKG/tasks/causal_lm.py", "PKG/tasks/instructions.py",
+        "PKG/tasks/samples.py", "tests/test_causal_lm.py", "tests/test_instructions.py",
         "benchmarks/test_packing.py", "benchmarks/measure_lm_loops.py", "benchmarks/test_lm_loops.py",
         "data/demo-lm/train.csv", "data/demo-lm/eval.csv", "data/demo-lm/instructions-train.jsonl",
         "data/demo-lm/instructions-eval.jsonl", "data/demo-lm/chat_template.jinja", "tests/chatml_template.jinja",
@@ -69,19 +69,22 @@ def template_files(slug: str) -> set[str]:
     return files
 
 
-def expected_files(answers: dict, slug: str = "tpu_text_classifier") -> set[str]:
+def expected_files(answers: dict, slug: str) -> set[str]:
+    def named(paths) -> set[str]:
+        return {path.replace("PKG/", f"{slug}/") for path in paths}
+
     files = template_files(slug)
     variants = answers.get("variants", "both")
     if variants == "script":
-        files -= NOTEBOOK_ONLY
+        files -= named(NOTEBOOK_ONLY)
     if variants == "notebook":
-        files -= SCRIPT_ONLY
+        files -= named(SCRIPT_ONLY)
     task = answers.get("task", "text-classification")
     for other, only in TASK_ONLY.items():
         if other != task:
-            files -= only
+            files -= named(only)
     if not answers.get("include_benchmarks", True):
-        files = {name for name in files if not name.startswith(BENCHMARKS_ONLY_PREFIXES)}
+        files = {name for name in files if not name.startswith(tuple(named(BENCHMARKS_ONLY_PREFIXES)))}
     return files
 
 
@@ -97,7 +100,14 @@ def baked(request, bake):
 
 def test_exact_file_tree(baked):
     answers, project = baked
-    assert baked_files(project) == expected_files(answers)
+    assert baked_files(project) == expected_files(answers, project.name)
+
+
+@pytest.mark.parametrize(("task", "slug"), [("text-classification", "tpu_text_classifier"), ("causal-lm", "tpu_causal_lm")])
+def test_the_default_name_fits_the_task(bake, task, slug):
+    project = bake(task=task)
+    assert project.name == slug
+    assert (project / slug / "tasks" / f"{task.replace('-', '_')}.py").is_file()
 
 
 def test_nothing_left_unrendered(baked):
@@ -161,7 +171,7 @@ def test_precision_answers_reach_the_package_and_stay_out_of_accelerates_configs
     sets no XLA_USE_BF16 of its own (which the script would read as a request for pure bf16)."""
     answers, project = baked
     chosen = {"mixed_precision": "bf16", "pure_bf16": "no", **answers}
-    source = (project / "tpu_text_classifier" / "precision" / "levels.py").read_text()
+    source = (project / project.name / "precision" / "levels.py").read_text()
     assert f"BAKED_MIXED_PRECISION = {json.dumps(chosen['mixed_precision'])}\n" in source
     assert f"BAKED_PURE_BF16 = {json.dumps(chosen['pure_bf16'])}\n" in source
     for config in (project / "configs").glob("*.yaml"):

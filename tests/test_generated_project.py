@@ -22,14 +22,12 @@ WHOLE = {
 }
 # Every value of every choice cookiecutter.json offers that the four bakes above do not take, each in at least one
 # bake (the three pure bf16 levels need three), with the pairs that interact: pure_bf16 needs bf16, and the notebook
-# and the script each stand alone.
+# and the script each stand alone. Two of them run their fast tier in tests/test_newest_versions.py instead, installed
+# without constraints.txt (NEWEST there).
 FAST_TIER = {
-    "script-float32-no-benchmarks": {"variants": "script", "mixed_precision": "no", "include_benchmarks": False},
     "notebook-downcast-unshared": {"variants": "notebook", "pure_bf16": "downcast", "shared_model": False},
     "causal-lm-fsdp-cast-script": {"task": "causal-lm", "parallelism": "fsdp", "pure_bf16": "cast",
                                    "variants": "script"},
-    "causal-lm-xla-notebook-no-benchmarks": {"task": "causal-lm", "pure_bf16": "xla", "variants": "notebook",
-                                             "include_benchmarks": False},
 }
 
 

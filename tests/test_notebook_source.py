@@ -52,4 +52,4 @@ def test_baked_notebook_is_valid_and_follows_the_answers(bake, answers):
     assert f'`mixed_precision="bf16"`, `pure_bf16="{answers.get("pure_bf16", "no")}"`):' in precision
     assert "kahan_summation=True" in precision
     version = template_defaults()["_torch_version"]
-    assert f'"torch=={version}" "torch_xla[tpu]=={version}"' in cell(notebook, "install")
+    assert f'"torch=={version}" "torch_xla[tpu]=={version}" -e . -c constraints.txt' in cell(notebook, "install")

@@ -2,6 +2,10 @@
 
 import re
 
+import pytest
+import tomllib
+from packaging.utils import canonicalize_name
+
 from tests.baking import TEMPLATE, template_defaults
 
 
@@ -25,3 +29,29 @@ def test_baked_pyproject_uses_the_pin(default_project):
     version = pinned("torch")
     assert f'"torch=={version}"' in text
     assert f'"torch_xla[tpu]=={version}"' in text
+
+
+def constraint_pins(project) -> dict[str, str]:
+    """{name: version} of a baked constraints.txt's `name==version` lines."""
+    lines = [line.split("#")[0].strip() for line in (project / "constraints.txt").read_text().splitlines()]
+    return dict(line.split("==") for line in lines if line)
+
+
+def requirement_names(project) -> set[str]:
+    """Every distribution the baked pyproject.toml asks for, its extras included."""
+    from packaging.requirements import Requirement
+
+    project_table = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+    wanted = project_table["dependencies"] + [req for extra in project_table["optional-dependencies"].values()
+                                              for req in extra]
+    return {canonicalize_name(Requirement(req).name) for req in wanted}
+
+
+@pytest.mark.parametrize("task", ["text-classification", "causal-lm"])
+def test_the_bake_carries_the_template_pins_as_its_constraints(bake, task):
+    """constraints.txt is requirements.txt's pins, line for line, for everything the baked project installs."""
+    project = bake(task=task)
+    pins = constraint_pins(project)
+    for name, version in pins.items():
+        assert pinned(name) == version, f"constraints.txt pins {name}=={version}, requirements.txt {pinned(name)}"
+    assert requirement_names(project) <= {canonicalize_name(name) for name in pins}

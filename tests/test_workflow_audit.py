@@ -40,7 +40,7 @@ def test_the_audit_reports_an_unpinned_action(default_project, tmp_path):
     """The check above can fail: the same audit flags ci.yml once its checkout is pinned to a tag again."""
     ci = (default_project / ".github" / "workflows" / "ci.yml").read_text()
     unpinned, count = re.subn(r"actions/checkout@[0-9a-f]{40}", "actions/checkout@v4", ci)
-    assert count == 2, "ci.yml's two jobs (fast, full) no longer pin actions/checkout by commit"
+    assert count == 3, "ci.yml's three jobs (fast, full, newest) no longer pin actions/checkout by commit"
     workflow = tmp_path / ".github" / "workflows" / "ci.yml"
     workflow.parent.mkdir(parents=True)
     workflow.write_text(unpinned)

@@ -50,13 +50,14 @@ Three rules keep a notebook launch working:
 INSTALL_WHY = """## 1. Install (Colab and Kaggle only)
 
 `torch_xla` is built against exactly one `torch` release, so the two are installed together,
-pinned to the versions this project was generated for. First put this project on the runtime
+pinned to the versions this project was generated for, and every other library at the version it
+was tested with (`constraints.txt`). First put this project on the runtime
 (`!git clone` your repository, or upload the folder) and `%cd` into it, so that `pip install -e .`
 finds it. If the install replaced a `torch` that was already imported, restart the runtime once and
 continue from the next cell.
 
 Outside Colab and Kaggle this cell installs nothing: install locally with
-`pip install -e '.[xla-cpu,dev]'` from the project folder.
+`pip install -e '.[xla-cpu,dev]' -c constraints.txt` from the project folder.
 """
 
 INSTALL = f"""import os
@@ -65,9 +66,9 @@ import sys
 # The same test notebook_launcher makes to decide whether it runs on Colab or Kaggle.
 HOSTED = "google.colab" in sys.modules or any(key.startswith("KAGGLE") for key in os.environ)
 if HOSTED:
-    %pip install --quiet "torch=={TORCH}" "torch_xla[tpu]=={TORCH}" -e .
+    %pip install --quiet "torch=={TORCH}" "torch_xla[tpu]=={TORCH}" -e . -c constraints.txt
 else:
-    print("Not on Colab or Kaggle: nothing to install here (locally: pip install -e '.[xla-cpu,dev]').")"""
+    print("Not on Colab or Kaggle: nothing to install here (locally: pip install -e '.[xla-cpu,dev]' -c constraints.txt).")"""
 
 IMPORTS_WHY = """## 2. Imports that touch no device
 

@@ -142,7 +142,7 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--tpu-type", required=True, help=f"Slice type: {ALLOWED_TYPES}, such as v5litepod-16")
     parser.add_argument("--topology", help="Chip topology (default: GKE's for the type, such as 4x4 or 2x2x4)")
     image = parser.add_mutually_exclusive_group(required=True)
-    image.add_argument("--image", help="Container image with this project installed (pip install -e '.[tpu]'), "
+    image.add_argument("--image", help="Container image with this project installed (pip install -e '.[tpu]' -c constraints.txt), "
                                        "its working directory the project folder")
     image.add_argument("--base-image", help="xpk only: xpk copies this folder onto this image (its --script-dir; "
                                             "a .dockerignore keeps .venv out) and the command installs it first")
@@ -316,7 +316,7 @@ def xpk_workload_create(args: argparse.Namespace, tpu: Slice) -> list[str]:
         image = ["--docker-image", args.image]
     else:
         image = ["--base-docker-image", args.base_image, "--script-dir", str(PROJECT)]
-        command = f"python3 -m pip install -e '.[tpu]' && {command}"
+        command = f"python3 -m pip install -e '.[tpu]' -c constraints.txt && {command}"
     return [
         "xpk", "workload", "create", "--cluster", args.cluster, "--workload", args.workload,
         "--tpu-type", tpu.xpk_type, "--num-slices", "1", *image, "--command", command,

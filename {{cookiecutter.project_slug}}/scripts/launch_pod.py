@@ -51,7 +51,7 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--config", default="configs/tpu-vm.yaml", help="Accelerate config used on every host")
     parser.add_argument("--remote-dir", default=REMOTE_DIR, help="Folder on each host, relative to its home")
     parser.add_argument("--workers", type=int, help="Hosts in the pod (default: asked of `gcloud ... describe`)")
-    parser.add_argument("--no-install", action="store_true", help="Skip `pip install -e '.[tpu]'` on the hosts")
+    parser.add_argument("--no-install", action="store_true", help="Skip `pip install -e '.[tpu]' -c constraints.txt` on the hosts")
     parser.add_argument("--dry-run", action="store_true", help="Print the gcloud commands instead of running them")
     parser.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then options for the training script")
     args = parser.parse_args(argv)
@@ -101,7 +101,7 @@ def setup_steps(args: argparse.Namespace, root: Path = PROJECT) -> list[tuple[st
         ("copy", gcloud("scp", args, "--recurse", *files_to_copy(root), f"{args.tpu_name}:{args.remote_dir}")),
     ]
     if not args.no_install:
-        steps.append(("install", on_workers(args, f'cd {remote} && python3 -m pip install -e ".[tpu]"')))
+        steps.append(("install", on_workers(args, f'cd {remote} && python3 -m pip install -e ".[tpu]" -c constraints.txt')))
     return steps
 
 

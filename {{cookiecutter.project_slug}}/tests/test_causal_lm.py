@@ -11,7 +11,7 @@ from conftest import DEMO_BAR, evaluate_on_cpu, quick, train
 from transformers import AutoTokenizer
 
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
-from {{ cookiecutter.project_slug }}.data.sources import load_text_data
+from {{ cookiecutter.project_slug }}.data.sources import DEMO_FILES, load_text_data
 from {{ cookiecutter.project_slug }}.tasks.causal_lm import IGNORED, build_model, load_examples, pack
 from {{ cookiecutter.project_slug }}.tasks.samples import continue_greedily
 
@@ -85,6 +85,10 @@ def test_the_default_demo_learns_well_below_its_starting_perplexity(demo_report)
 @pytest.mark.layout("data")
 def test_a_run_compiles_two_graphs_and_epochs_add_none(demo_report):
     report, _ = demo_report("fp32")
+    # The report's config is what the run used: the demo's model and files, not the bake's model and data set.
+    used = report["config"]
+    assert used["demo"] is True and used["model_name_or_path"] == "the demo's LlamaForCausalLM, built from a config (random weights)"
+    assert (used["dataset"], used["train_file"], used["eval_file"]) == ("files", str(DEMO_FILES["train"]), str(DEMO_FILES["eval"]))
     # The steady step (the first step already has the optimizer's state: loop/adamw.py), the evaluation step.
     assert report["xla_compilations"] == 2
     assert [graph["phase"] for graph in report["graphs"]["graphs"]] == ["train", "eval"]

@@ -1,4 +1,5 @@
-"""The command line: every boolean option takes the bare flag and true/false, and --help says so."""
+"""The command line: every boolean option takes the bare flag and true/false, and --help says so; every option has a
+help of its own."""
 
 import dataclasses
 import re
@@ -15,7 +16,7 @@ BOOLEAN_OPTIONS = [field.name for field in dataclasses.fields(TrainConfig) if fi
 def test_the_boolean_options_are_the_expected_ones():
     assert sorted(BOOLEAN_OPTIONS) == [
         "checkpoint", "compilation_cache", "demo", "export", "gradient_checkpointing", "kahan_summation", "merge_lora",
-        "resume", "watch_compilations",
+        "overwrite_output_dir", "resume", "watch_compilations",
     ]
 
 
@@ -34,6 +35,21 @@ def options_help():
     """The options section of --help, white space folded."""
     shown = " ".join(run(python_command("--help", xla=False), timeout=120).stdout.split())
     return shown.split(" options: ", 1)[1]
+
+
+def test_every_option_has_a_help_and_no_default_said_twice():
+    """No flag without a help; "(default: None)" after a help that says its default itself said the opposite."""
+    from {{ cookiecutter.project_slug }}.cli import build_parser
+
+    parser = build_parser()
+    assert [action.dest for action in parser._actions if not action.help] == []
+    formatter = parser._get_formatter()
+    shown = {action.dest: formatter._get_help_string(action) for action in parser._actions}
+    twice = [action.dest for action in parser._actions
+             if "default" in action.help.lower() and shown[action.dest] != action.help]
+    assert twice == []
+    assert shown["seed"].endswith("(default: %(default)s)")  # argparse's own, where the help gives none
+    assert shown["text_column"].startswith("Text column (default: ") and shown["text_column"].endswith(").")
 
 
 @pytest.mark.parametrize("name", BOOLEAN_OPTIONS)

@@ -32,7 +32,8 @@ def test_the_report_says_in_words_what_the_counters_count(counters, said):
 @pytest.mark.machinery
 def test_a_second_run_over_the_cache_reads_nothing_back_on_the_cpu_and_compiles_again(tmp_path):
     cold, _ = train(tmp_path, *RUN, "--compilation_cache", "true")
-    warm, _ = train(tmp_path, *RUN, "--compilation_cache", "true")
+    # Into the same output_dir, over the first run's cache (--overwrite_output_dir keeps xla-cache/).
+    warm, _ = train(tmp_path, *RUN, "--compilation_cache", "true", "--overwrite_output_dir")
     assert cold["compilation_cache"]["enabled"] and cold["compilation_cache"]["hits"] == 0
     assert cold["compilation_cache"]["misses"] >= cold["xla_compilations"] == 2
     assert cold["compilation_cache"]["what_it_did"].startswith("cold: ")

@@ -188,6 +188,20 @@ def test_gradient_checkpointing_trains_in_both_layouts(tmp_path, one_device, fou
         assert checkpointed[0]["recompilations"] == 0
 
 
+@pytest.mark.xla
+@pytest.mark.layout("fsdp")
+@pytest.mark.slow
+def test_fsdp_on_one_device_says_that_nothing_is_sharded(tmp_path):
+    """Without CPU_NUM_DEVICES the CPU gives one XLA device: the run trains unsharded, and says so once. Its sharded
+    checkpoint and export show none of the library warnings that say nothing to a user (launch/library_noise.py)."""
+    report, result = train(tmp_path, *quick("--parallelism", "fsdp"), env=spmd_env(1))
+    said = "fsdp: the mesh has 1 device, so nothing is sharded (on the CPU, CPU_NUM_DEVICES=N gives N XLA devices; " \
+           "on a TPU every chip joins the mesh)"
+    assert result.stdout.splitlines().count(said) == 1
+    assert report["layout"]["mesh"] == {"fsdp": 1}
+    assert report["checkpoint"] and "Warning" not in result.stderr, result.stderr[-3000:]
+
+
 def test_fsdp_without_torch_xla_is_one_clear_error(tmp_path):
     report, result = train(tmp_path, *quick("--parallelism", "fsdp"), xla=False, check=False)
     assert result.returncode == 2 and report is None

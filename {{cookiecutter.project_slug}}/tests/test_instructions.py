@@ -208,9 +208,8 @@ def instruction_run(tmp_path_factory):
     """A short fp32 run of the demo model on the shipped instruction files: one epoch of all its blocks (about 460,
     28 steps; QUICK's 96 blocks, 6 steps, learn too little of the completions to tell from chance)."""
     folder = tmp_path_factory.mktemp("instructions")
-    report, _ = train(folder, *quick("--mixed_precision", "no", "--max_train_examples", "10000",
-                                     "--train_file", str(TRAIN_FILE), "--eval_file", str(EVAL_FILE)))
-    return report
+    return train(folder, *quick("--mixed_precision", "no", "--max_train_examples", "10000",
+                                "--train_file", str(TRAIN_FILE), "--eval_file", str(EVAL_FILE)))
 
 
 @pytest.mark.xla
@@ -218,7 +217,11 @@ def instruction_run(tmp_path_factory):
 @pytest.mark.layout("data")
 def test_the_demo_model_learns_the_shipped_instructions_in_two_graphs(instruction_run, shipped):
     tokenizer, _, _, eval_blocks = shipped
-    report = instruction_run
+    report, result = instruction_run
+    # The run says, and the report keeps, that it read instruction data and what its loss covers.
+    covers = "instruction data, the loss covers the completions and each example's EOS (prompts masked)"
+    assert report["data_format"] == {"format": "prompt-completion", "loss": covers}
+    assert f"data: files, prompt-completion: {covers}" in result.stdout.splitlines()
     assert report["xla_compilations"] == 2 and report["recompilations"] == 0
     assert report["eval_examples_counted"] == len(eval_blocks)
     # Only the labelled targets count: completions and EOS, not prompts (a block's first token is no target).

@@ -173,9 +173,9 @@ def test_pod_dry_run_prints_the_gcloud_commands_for_all_workers():
     assert remote_command(train_on_worker_1) == remote_command(train)
     assert remote_command(mkdir) == ["mkdir", "-p", "{{ cookiecutter.project_slug }}"]
     assert copy[5] == "--recurse" and copy[-6] == "my-pod:{{ cookiecutter.project_slug }}"
-    needed = {"configs", "data", "pyproject.toml", "scripts", "{{ cookiecutter.project_slug }}"}
+    needed = {"configs", "constraints.txt", "data", "pyproject.toml", "scripts", "{{ cookiecutter.project_slug }}"}
     assert needed | ({"train.py"} if ENTRY == ["train.py"] else set()) <= set(copy)
-    assert remote_command(install) == ["cd", "{{ cookiecutter.project_slug }}", "&&", "python3", "-m", "pip", "install", "-e", ".[tpu]"]
+    assert remote_command(install) == ["cd", "{{ cookiecutter.project_slug }}", "&&", "python3", "-m", "pip", "install", "-e", ".[tpu]", "-c", "constraints.txt"]
     # data: Accelerate's launcher starts a process per chip; fsdp: one plain process per host.
     launcher = ["-m", "accelerate.commands.launch", "--config_file", "configs/tpu-vm.yaml"]
     if BAKED["parallelism"] == "fsdp":
@@ -311,7 +311,7 @@ def test_workflows_are_exactly_the_expected_files():
 def test_workflow_runs_only_commands_the_readme_gives(path):
     readme = readme_commands()
     commands = workflow_commands(path)
-    assert ("pip", "install", "-e", ".[xla-cpu,dev]") in commands
+    assert ("pip", "install", "-e", ".[xla-cpu,dev]", "-c", "constraints.txt") in commands  # the tested versions
     for argv in commands:
         assert argv in readme, f"{path.name} runs {shlex.join(argv)!r}, which README.md does not give"
 
@@ -324,12 +324,17 @@ def test_ci_runs_the_fast_tier_on_every_push_and_the_whole_suite_on_pull_request
     jobs = workflow["jobs"]
     assert jobs["fast"]["if"] == "github.event_name == 'push'"
     assert jobs["full"]["if"] == "github.event_name != 'push'"
+    assert jobs["newest"]["if"] == "github.event_name == 'schedule' || github.event_name == 'workflow_dispatch'"
     tests = {}
     for name, job in jobs.items():
         (argv,) = [tuple(shlex.split(step["run"])) for step in job["steps"] if "pytest" in step.get("run", "")]
         assert argv[0] == "PJRT_DEVICE=CPU" and "REQUIRE_XLA=1" in argv, argv
         tests[name] = argv[argv.index("pytest") + 1:]
-    assert tests == {"fast": ("-m", "not slow"), "full": ()}
+    assert tests == {"fast": ("-m", "not slow"), "full": (), "newest": ("-m", "not slow or pretrained")}
+    installs = {name: [tuple(shlex.split(step["run"])) for step in job["steps"] if "install" in step.get("run", "")]
+                for name, job in jobs.items()}
+    tested, newest = ("pip", "install", "-e", ".[xla-cpu,dev]", "-c", "constraints.txt"), ("pip", "install", "-e", ".[xla-cpu,dev]")
+    assert installs == {"fast": [tested], "full": [tested], "newest": [newest]}
 
 {%- if cookiecutter.include_benchmarks %}
 

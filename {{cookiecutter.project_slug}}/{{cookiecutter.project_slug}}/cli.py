@@ -13,6 +13,14 @@ from transformers import HfArgumentParser
 from .config import ConfigError, TrainConfig
 
 
+class _DefaultUnlessSaid(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's "(default: X)" after each help, except where the help gives its default itself: a default of None
+    means "decided at run time", and "(default: None)" after "Default: ..." said the opposite."""
+
+    def _get_help_string(self, action):
+        return action.help if "default" in (action.help or "").lower() else super()._get_help_string(action)
+
+
 def build_parser() -> HfArgumentParser:
     """The options of TrainConfig, each `--no_X` with a help of its own.
 
@@ -20,7 +28,7 @@ def build_parser() -> HfArgumentParser:
     X's metadata, so its help repeated X's ("Save checkpoints: ...") and showed "(default: False)".
     """
     # No abbreviations: argparse would take --lr for --lr_scheduler_type, and --learning for --learning_rate.
-    options = HfArgumentParser(TrainConfig, allow_abbrev=False)
+    options = HfArgumentParser(TrainConfig, allow_abbrev=False, formatter_class=_DefaultUnlessSaid)
     for action in options._actions:
         if isinstance(action, argparse._StoreFalseAction) and action.option_strings[0] == f"--no_{action.dest}":
             action.help = f"The same as --{action.dest} false."

@@ -21,6 +21,8 @@ def check(config) -> None:
             raise ConfigError(f"{name}={value!r}: must be a positive whole number")
     if not _whole(config.logging_steps, least=0):
         raise ConfigError(f"logging_steps={config.logging_steps!r}: must be 0 (no logs) or a positive whole number")
+    if config.resume and config.overwrite_output_dir:
+        raise ConfigError("resume=True and overwrite_output_dir=True: give one of the two (continue the earlier run, or remove it)")
     if config.report_to not in TRACKERS:
         raise ConfigError(f"report_to={config.report_to!r}: must be one of {', '.join(TRACKERS)}")
     if config.profile_steps is not None:

@@ -41,7 +41,7 @@ class TrainConfig:
     # The classifier's own options: a causal-LM project is generated without them.
     text_pair_column: str | None = field(default=None, metadata={"help": "Second text column, if any."})
     label_column: str = field(default="label", metadata={"help": "Label column (integers 0..num_labels-1)."})
-    num_labels: int = {{ cookiecutter.num_labels }}
+    num_labels: int = field(default={{ cookiecutter.num_labels }}, metadata={"help": "Classes: labels are 0..num_labels-1."})
 {%- endif %}
     train_batch_size: int | None = field(
         default=None,
@@ -57,7 +57,11 @@ class TrainConfig:
         default={{ cookiecutter.eval_batch_size }},
         metadata={"help": "Per chip. Evaluation compiles one graph of its own at any size (its last batch is padded)."},
     )
-    max_seq_length: int = {{ cookiecutter.max_seq_length }}
+    max_seq_length: int = field(
+        default={{ cookiecutter.max_seq_length }},
+        metadata={"help": "{{ 'Tokens in a packed block' if cookiecutter.task == 'causal-lm' else 'Tokens a text is cut and padded to' }}: "
+                          "every batch has this length. At most the model's max_position_embeddings."},
+    )
 {%- if cookiecutter.task == "causal-lm" %}
     padding: str = field(
         default="fixed",
@@ -67,7 +71,7 @@ class TrainConfig:
 {%- else %}
     padding: str = field(default="fixed", metadata={"help": "fixed (one shape), buckets, or dynamic (recompiles)."})
 {%- endif %}
-    num_epochs: int = {{ cookiecutter.num_epochs }}
+    num_epochs: int = field(default={{ cookiecutter.num_epochs }}, metadata={"help": "Passes over the training data."})
     max_steps: int | None = field(
         default=None,
         metadata={"help": "Stop after this many optimizer steps, inside an epoch if need be: the schedule and the "
@@ -89,7 +93,7 @@ class TrainConfig:
         metadata={"help": "Default: {{ cookiecutter.learning_rate }} for a pretrained model (with --lora_r ten times "
                           "that), 1e-3 for the demo."},
     )
-    weight_decay: float = 0.01
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW's decoupled weight decay."})
     optim: str = field(
         default="adamw",
         metadata={"help": f"The optimizer: {' or '.join(OPTIMIZERS)} (transformers' Adafactor at the run's learning rate "
@@ -108,7 +112,7 @@ class TrainConfig:
         default=1.0, metadata={"help": "Clip the gradients' global norm to this, in the graph (transformers' Trainer's "
                                        "default); 0 turns clipping off."}
     )
-    seed: int = 42
+    seed: int = field(default=42, metadata={"help": "Seeds the model's initialisation, the shuffle and dropout."})
     mixed_precision: str | None = field(
         default=None,
         metadata={"help": "bf16 (bf16 compute; weights as --pure_bf16 says) or no (float32 throughout). "
@@ -130,6 +134,8 @@ class TrainConfig:
     output_dir: str = field(default="outputs", metadata={"help": "Checkpoints, compilation cache and report."})
     report: str | None = field(default=None, metadata={"help": "Report JSON path (default: OUTPUT_DIR/report.json)."})
     resume: bool = switch(False, "Continue from the last complete checkpoint (mid-epoch ones too).")
+    overwrite_output_dir: bool = switch(False, "Start over in an output_dir an earlier run used: remove its checkpoints, "
+                                        "model, metrics, report and curves first. Without it (or resume), such a folder is refused.")
     checkpoint: bool = switch(True, "Save checkpoints: after every epoch, and as save_steps and save_minutes say.")
     save_steps: int | None = field(
         default=None, metadata={"help": "Also save a checkpoint every this many optimizer steps. Default: only after epochs."}
@@ -154,7 +160,8 @@ class TrainConfig:
     )
     fsdp_layer_class: str | None = field(
         default=None,
-        metadata={"help": "With fsdp: the class of the model's blocks to shard one by one (BertLayer). "
+        metadata={"help": "With fsdp: the class of the model's blocks to shard one by one "
+        "({{ 'Qwen2DecoderLayer' if cookiecutter.task == 'causal-lm' else 'BertLayer' }}). "
         "Default: the model's _no_split_modules, else the class of its repeated blocks."},
     )
     gradient_checkpointing: bool = switch(

@@ -26,8 +26,18 @@ def hub_reachable(model_name_or_path: str) -> bool:
     return True
 
 
+def looks_local(name: str) -> bool:
+    """A path, not a hub id: hub ids are `name` or `owner/name`."""
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name
+
+
 def from_hub_or_folder(load, name: str):
     """`load(name)`, with the usual offline failure said in one line that names the model and the fix."""
+    if looks_local(name) and not Path(name).expanduser().is_dir():
+        raise ModelUnavailable(
+            f"model_name_or_path={name!r}: no such folder (a path, not a hub id `owner/name`): give a folder written "
+            "by save_pretrained"
+        )
     try:
         return load(name)
     except OSError as error:

@@ -160,11 +160,13 @@ def _prune(root: Path, newest: str, keep: int) -> None:
         shutil.rmtree(leftover, ignore_errors=True)
 
 
-def check_writable(output_dir, report_path=None) -> None:
-    """Fail before training, not after the first epoch, when an output location is unusable.
+def check_writable(output_dir, report_path=None) -> bool:
+    """Fail before training, not after the first epoch, when an output location is unusable. True: output_dir was
+    not there (this call made it).
 
     output_dir holds the checkpoints and the compilation cache; the report may be written elsewhere.
     """
+    made = not Path(output_dir).exists()
     places = [("output_dir", Path(output_dir), Path(output_dir))]
     if report_path is not None:
         places.append(("report", Path(report_path), Path(report_path).parent))
@@ -182,3 +184,4 @@ def check_writable(output_dir, report_path=None) -> None:
             # mkdir(exist_ok=True) on a file answers "File exists": say which file is in the way.
             reason = f"{folder} is a file, not a folder" if isinstance(error, FileExistsError) else error.strerror
             raise CheckpointProblem(f"{field}={str(named)!r} is not writable: {reason or error}") from error
+    return made

@@ -4,4 +4,5 @@
   hosts.py         which host this is and how many (fsdp on a pod: one process per host)
   processes.py     what the processes of a run agree on: decisions, barriers, sums, one voice for messages
   launch_guard.py  the check the notebook runs before launching (a device touched too early)
+  library_noise.py the library warnings that say nothing to a user, silenced in one place
 """

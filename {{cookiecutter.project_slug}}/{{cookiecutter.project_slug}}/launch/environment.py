@@ -26,6 +26,15 @@ def installed_release(distribution: str) -> str | None:
         return None
 
 
+# The libraries whose versions decide what a run does; the report names each (None: not installed).
+REPORTED_LIBRARIES = ("torch", "torch_xla", "accelerate", "transformers", "datasets", "tokenizers", "peft", "kernels")
+
+
+def versions() -> dict:
+    """{library: its installed release} for the report: a run installed without constraints.txt says what it ran."""
+    return {name: installed_release(name) for name in REPORTED_LIBRARIES}
+
+
 def tpu_device_files() -> list[str]:
     """TPU chips as the kernel shows them: /dev/accel* (v2-v4) or /dev/vfio/<n> (v5e and later)."""
     vfio = [path for path in glob.glob("/dev/vfio/*") if os.path.basename(path).isdigit()]

@@ -14,7 +14,7 @@ import time
 from contextlib import contextmanager
 
 from ..xla import runtime
-from . import hosts
+from . import hosts, library_noise
 
 
 def wait_for_forked_siblings(timeout: float = 60.0) -> None:
@@ -145,7 +145,9 @@ def where_am_i(accelerator) -> str:
 
 
 def quiet_unless_main(accelerator) -> None:
-    """Progress bars and library warnings once per run: only the main process shows them."""
+    """Progress bars and library warnings once per run: only the main process shows them; the warnings that say
+    nothing to a user (library_noise.py) none does."""
+    library_noise.silence()
     if is_main(accelerator):
         return
     import datasets

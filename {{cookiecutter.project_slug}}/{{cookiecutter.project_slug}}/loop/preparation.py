@@ -13,7 +13,7 @@ from ..config import DEMO_GLOBAL_BATCH, ConfigError, TrainConfig
 from ..data import batching
 from ..launch.processes import main_process_first
 from ..models import lora
-from ..models.modeling import make_graph_friendly
+from ..models.modeling import check_positions, make_graph_friendly
 from ..precision import bf16_updates
 from ..precision import levels as precision
 from ..tasks import task
@@ -55,6 +55,8 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
         data, tokenizer, train_examples, eval_examples = task.load_examples(config, demo)
     if model is None:
         model = task.build_model(config, demo, vocab_size=len(tokenizer))
+    say(f"data: {data.source}, {data.format}: {task.loss_covers(data.format)}")
+    check_positions(model, config.max_seq_length)  # before anything compiles: XLA clamps a read past the table
     model = lora.add_adapters(make_graph_friendly(model), config)  # unchanged without lora_r
     learning_rate = config.resolved_learning_rate(demo)
     if precision_report.effective.startswith("pure-") and not precision_report.kahan_summation:
@@ -67,6 +69,9 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
 
     collator = task.make_collator(tokenizer, config.padding, config.max_seq_length)
     replicas = layout.replicas(accelerator)  # chips (fsdp) or processes (data) sharing one optimizer step
+    if layout.name == "fsdp" and replicas == 1:
+        say("fsdp: the mesh has 1 device, so nothing is sharded (on the CPU, CPU_NUM_DEVICES=N gives N XLA devices; "
+            "on a TPU every chip joins the mesh)")
     batch_size, accumulation = config.per_chip_train_batch(demo, replicas), config.gradient_accumulation_steps
     global_batch = batch_size * replicas * accumulation  # Prepared.global_batch
     if demo and config.train_batch_size is None and global_batch != DEMO_GLOBAL_BATCH:

@@ -4,6 +4,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from ..data.sources import DEMO_FILES
+from ..launch.environment import versions
 from ..models import lora
 from ..models.modeling import model_facts
 from ..precision import levels as precision
@@ -25,7 +27,8 @@ FIELDS = (
 )
 
 
-def run_report(accelerator, layout, prepared, run, config, precision_report, watch=None, checkpoints=None) -> dict:
+def run_report(accelerator, layout, prepared, run, config, precision_report, watch=None, checkpoints=None,
+               demo=False) -> dict:
     """The run's report from its parts (preparation.py), state (run_state.py) and callbacks (callbacks.py)."""
     report = {
         "device": device_kind(accelerator.device),
@@ -51,11 +54,13 @@ def run_report(accelerator, layout, prepared, run, config, precision_report, wat
         "evaluations": run.evaluations,
         "precision": precision_report.as_dict(),
         "data": prepared.data.source,
+        "data_format": {"format": prepared.data.format, "loss": task.loss_covers(prepared.data.format)},
         **checkpoints.report(),
         "task": task.NAME,
         "model": model_facts(layout.plain_model(accelerator)),
         "layout": layout.describe(accelerator, prepared.optimizer, precision.bytes_on_device(precision_report)),
-        "config": asdict(config),
+        "config": asdict(config),  # as given, with what the run used instead where it is the demo (used_instead)
+        "versions": versions(),
     }
     # Trainable vs total elements, and the optimizer state one device holds: the layout's count (data: the whole
     # state of the trainable parameters, on every device; fsdp: the largest device's shards, from the index ranges
@@ -64,6 +69,7 @@ def run_report(accelerator, layout, prepared, run, config, precision_report, wat
         **lora.parameter_counts(layout.plain_model(accelerator)),
         "optimizer_state_bytes_per_device": report["layout"]["optimizer_bytes_per_device"],
     }
+    report["config"].update(used_instead(demo, prepared.data.source, report["model"]))
     report["lora"] = lora.report(config, layout.plain_model(accelerator))
     # Positions per example: one length only with fixed padding (blocks of it, for a language model).
     report["flops"] = flops.utilisation(
@@ -72,6 +78,17 @@ def run_report(accelerator, layout, prepared, run, config, precision_report, wat
     )
     report.update(task.facts(prepared.train_examples, prepared.collator, config, report))
     return report
+
+
+def used_instead(demo: bool, data_source: str, model: dict) -> dict:
+    """The report's config as the run used it: the demo trains a model built from a config, not the bake's
+    --model_name_or_path, and on the shipped files, not the default --dataset."""
+    used = {}
+    if demo:
+        used.update(demo=True, model_name_or_path=f"the demo's {model['architecture']}, built from a config (random weights)")
+    if data_source == "demo":
+        used.update(dataset="files", train_file=str(DEMO_FILES["train"]), eval_file=str(DEMO_FILES["eval"]))
+    return used
 
 
 def format_table(report: dict) -> str:

@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from ..config import TrainConfig
 from ..data.batching import shuffle_config
 from ..data.sources import wants_demo
-from ..fault_tolerance import checkpointing
+from ..fault_tolerance import output_folder
 from ..fault_tolerance.checkpoint_schedule import Checkpoints
 from ..fault_tolerance.loss_guard import LossGuard
 from ..fault_tolerance.preemption import Preemption
@@ -54,7 +54,7 @@ def _training_function(model, config: TrainConfig | None) -> dict:
     config = config or TrainConfig()
     environment.check_stack()
     environment.check_tracker(config.report_to)
-    checkpointing.check_writable(config.output_dir, config.report_path)
+    made_output_dir = output_folder.claim(config)  # refused if an earlier run used it; removed if this run is refused
     level = precision.requested_level(config)
     layout = layout_for(config)
     # All four must happen before the first tensor reaches an XLA device in this process.
@@ -83,7 +83,7 @@ def _training_function(model, config: TrainConfig | None) -> dict:
     processes.quiet_unless_main(accelerator)
     with compilations.counting_compilations() as compiled:
         precision_report = precision.realise(level, accelerator.device, config.kahan_summation)
-        report, tokenizer, data = _train(accelerator, layout, model, config, precision_report, analysis_file)
+        report, tokenizer, data = _train(accelerator, layout, model, config, precision_report, analysis_file, made_output_dir)
     report.update(
         xla_compilations=compiled["compilations"],
         compile_seconds=compiled["compile_seconds"],
@@ -121,11 +121,12 @@ def _training_function(model, config: TrainConfig | None) -> dict:
     return report
 
 
-def _train(accelerator, layout, model, config: TrainConfig, precision_report, analysis_file=None):
+def _train(accelerator, layout, model, config: TrainConfig, precision_report, analysis_file, made_output_dir: bool):
     """(report, tokenizer, data): build the run's parts and state, its callbacks, and fit."""
     say = processes.say_once(accelerator)
     demo = processes.main_process_decides(accelerator, lambda: wants_demo(config))
-    parts = prepare(accelerator, layout, model, config, demo, precision_report, say)
+    with output_folder.removed_if_refused(config.output_dir, made_output_dir):
+        parts = prepare(accelerator, layout, model, config, demo, precision_report, say)
     run = RunState(parts.steps_per_epoch, parts.global_batch, parts.epochs, parts.optimizer_steps, config.eval_steps)
     guard = LossGuard(accelerator, precision_report.effective, config.resolved_learning_rate(demo), config.output_dir)
     checkpoints = Checkpoints(accelerator, layout, config, say, guard)
@@ -142,7 +143,7 @@ def _train(accelerator, layout, model, config: TrainConfig, precision_report, an
     # metrics log and the profile start after a resumed run's step is known.
     callbacks = Callbacks(checkpoints, watch, Preemption(accelerator, checkpoints), metrics, profile)
     fit(accelerator, parts, run, callbacks, guard, layout, precision.metric_dtype(precision_report), say)
-    report = run_report(accelerator, layout, parts, run, config, precision_report, watch, checkpoints)
+    report = run_report(accelerator, layout, parts, run, config, precision_report, watch, checkpoints, demo)
     report["logging"] = metrics.report()
     report["profile"] = profile.report() if profile else None
     if processes.is_main(accelerator):

@@ -10,9 +10,9 @@ import types
 from transformers import AttentionMaskInterface
 from transformers.masking_utils import eager_mask
 
-from ..config import ATTENTION
+from ..config import ATTENTION, ConfigError
 from ..xla import checkpoint as xla_checkpoint
-from ..xla import runtime
+from ..xla import hub_kernels, runtime
 
 # Eager attention (bf16 stays bf16 in its matmuls; PyTorch's SDPA math path computes them in float32),
 # with its mask always built in the graph. transformers 5.24 decides whether it may skip a padding mask by
@@ -41,7 +41,12 @@ def make_graph_friendly(model):
     on how many there are, a device-to-host read in every step and a graph of its own (transformers 5.24).
 
     And tied weights that stay tied on the device (_keep_tied_weights_tied).
+
+    And, where torch_xla is installed, transformers' hub kernels off (xla/hub_kernels.py): from transformers 5.25 a
+    pretrained model's first train() on XLA fails in them.
     """
+    if runtime.installed():
+        hub_kernels.turn_off(model)
     if getattr(model.config, "_attn_implementation", ATTENTION) != ATTENTION and hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation(ATTENTION)
     for config in _configs(model):
@@ -78,6 +83,23 @@ def _configs(model):
     for found in (config, getattr(config, "get_text_config", lambda: None)()):
         if found is not None and hasattr(found, "use_cache"):
             yield found
+
+
+def check_positions(model, max_seq_length: int) -> None:
+    """Refuse a max_seq_length past the positions the model's config declares (max_position_embeddings; GPT-2's
+    n_positions answers to that name too), before anything compiles.
+
+    A learned position table (BERT, GPT-2) read past its end is no error on XLA: the gather clamps to its last row
+    (torch on the CPU raises an IndexError), and a run trained on garbage and exited 0. A rotary model (Llama, Qwen)
+    computes any position, but past its declared limit it was never trained (transformers' run_clm caps its block
+    size at that limit for the same reason).
+    """
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if isinstance(limit, int) and not isinstance(limit, bool) and max_seq_length > limit:
+        raise ConfigError(
+            f"max_seq_length={max_seq_length}: past the {limit} positions this model declares "
+            f"(max_position_embeddings in its config): lower --max_seq_length to {limit} or less"
+        )
 
 
 def model_facts(model) -> dict:

@@ -10,6 +10,7 @@ for every task; a task module gives them:
                                      (the loss among them in fixed_point's units, exact in every precision level)
   metrics(counts)                 -> the eval_* fields of the report
   facts(train_examples, collator, config, report) -> task-specific report fields (tokens per second, padding)
+  loss_covers(data_format)        -> what the training loss is computed on, in words (console and report)
   AUTO_MODEL                      -> the transformers Auto class that loads an exported model
 
 This project was generated for one task: {{ cookiecutter.task }} ({{ cookiecutter.task | replace('-', '_') }}.py).

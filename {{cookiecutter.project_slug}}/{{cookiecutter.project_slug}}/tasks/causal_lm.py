@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader
 from transformers import AutoModelForCausalLM, DataCollatorForSeq2Seq, LlamaConfig, LlamaForCausalLM
 
 from ..config import ATTENTION, PADDING_MODES, TrainConfig
+from ..data.formats import MESSAGES, PROMPT_COMPLETION, TEXT
 from ..data.hub import from_hub_or_folder
 from ..data.sources import load_text_data
 from ..data.tokenizer import load_tokenizer
@@ -111,6 +112,15 @@ def load_examples(config: TrainConfig, demo: bool):
     if config.max_train_examples:
         train = train.select(range(min(config.max_train_examples, len(train))))
     return data, tokenizer, train, evaluation
+
+
+def loss_covers(data_format: str) -> str:
+    """What the training loss is computed on, for a data format (said at the start and in the report)."""
+    return {
+        TEXT: "the loss covers every token",
+        PROMPT_COMPLETION: "instruction data, the loss covers the completions and each example's EOS (prompts masked)",
+        MESSAGES: "chat data, the loss covers the assistant turns and each example's EOS (other turns masked)",
+    }[data_format]
 
 
 def make_collator(tokenizer, padding: str, max_seq_length: int):

@@ -47,11 +47,11 @@ def load_for_generation(folder: Path):
     if (folder / "adapter_config.json").is_file():
         from peft import AutoPeftModelForCausalLM
 
-        model = AutoPeftModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32)
+        model = AutoPeftModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     else:
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     return model.eval()
 
 

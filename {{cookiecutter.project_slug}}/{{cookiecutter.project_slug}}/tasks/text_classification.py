@@ -71,6 +71,11 @@ def label_checks(label_column: str, num_labels: int) -> TaskChecks:
     return TaskChecks(row, split)
 
 
+def loss_covers(data_format: str) -> str:
+    """What the training loss is computed on (said at the start and in the report): one label per text."""
+    return "the loss covers each text's label"
+
+
 def load_examples(config: TrainConfig, demo: bool):
     """(data, tokenizer, train examples, eval examples), tokenized without padding (the collator pads)."""
     data = load_text_data(config, demo, config.text_pair_column, label_checks(config.label_column, config.num_labels))

@@ -12,4 +12,5 @@ the package in its device-free parent process, and the laptop path runs with tor
   sharding.py     SPMD: the mesh, sharding annotations, FSDPv2's wrapper, the sharded input loader
   profiling.py    torch_xla's profiler: a trace of chosen steps, and a marker for each
   checkpoint.py   torch_xla's planners for torch.distributed.checkpoint, and activation checkpointing
+  hub_kernels.py  transformers' hub kernels turned off on a model that trains on XLA (kernels knows no xla device)
 """

@@ -1,0 +1,54 @@
+"""The run's output folder: refused when an earlier run used it (unless this run resumes it or starts over), and
+removed again when this run made it and was refused while being set up.
+"""
+
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..config import ConfigError
+from ..data.formats import DataProblem
+from ..data.hub import ModelUnavailable
+from ..launch.environment import local_rank
+from .checkpointing import check_writable
+
+# What an earlier run leaves that a new one would overwrite or keep beside its own. The compilation analysis
+# (xla-compilations/) and cache (xla-cache/) are not a run's results: each run writes its own log afresh.
+EARLIER_RUN = ("checkpoints", "metrics.jsonl", "report.json", "model")  # checkpoints: checkpointing.checkpoint_root
+# What --overwrite_output_dir removes: every result of a run.
+RUN_OUTPUTS = (*EARLIER_RUN, "model-merged", "curves.png", "tensorboard", "profile")
+
+
+def claim(config) -> bool:
+    """Check output_dir before anything is written; True when it was not there (this run makes it).
+
+    A second run into a used folder without --resume would overwrite metrics.jsonl and leave the earlier run's
+    checkpoints beside its own (and --keep_checkpoints would count them): it is refused, naming the flags. With
+    --overwrite_output_dir, each host's first process removes the earlier run's results; the other processes
+    wait for it at the rendezvous that follows, before anything of this run is written.
+    """
+    folder = Path(config.output_dir)
+    found = [name for name in EARLIER_RUN if (folder / name).exists()]
+    if found and not config.resume:
+        if not config.overwrite_output_dir:
+            raise ConfigError(
+                f"output_dir={config.output_dir!r} holds an earlier run ({', '.join(found)}): --resume continues it, "
+                "--overwrite_output_dir starts over (removes its results), or give another --output_dir"
+            )
+        if local_rank() == "0":
+            for name in RUN_OUTPUTS:
+                path = folder / name
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+    return check_writable(folder, config.report_path)
+
+
+@contextmanager
+def removed_if_refused(output_dir, made_here: bool):
+    """A run refused while it is set up (a value, its data or its model) leaves no output folder that it made: the
+    folder holds only torch_xla's compilation analysis log by then."""
+    try:
+        yield
+    except (ConfigError, DataProblem, ModelUnavailable):
+        if made_here:
+            shutil.rmtree(output_dir, ignore_errors=True)
+        raise
