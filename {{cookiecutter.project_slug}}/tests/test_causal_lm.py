@@ -114,6 +114,7 @@ def test_the_trained_model_writes_greedy_samples_generated_on_the_host(demo_repo
     tokenizer = AutoTokenizer.from_pretrained(report["exported"])
     again = continue_greedily(report["exported"], tokenizer, [sample["prompt"] for sample in found])
     assert again == found
+    assert "torch_dtype" not in result.stderr  # the project's own loading uses current APIs (from_pretrained's dtype=)
 
 
 def test_samples_must_be_zero_or_more():
