@@ -4,7 +4,7 @@ earlier run's checkpoints beside its own), or started over with --overwrite_outp
 import json
 
 import pytest
-from conftest import python_command, quick, run
+from conftest import python_command, quick, run, train_in_workers
 
 pytestmark = pytest.mark.machinery
 
@@ -45,3 +45,19 @@ def test_overwrite_output_dir_starts_over(tmp_path):
     logged = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
     assert logged and all(line["step"] != 90 for line in logged)
     assert json.loads((output / "report.json").read_text())["epochs"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.workers
+def test_two_gloo_workers_stop_at_a_used_output_dir_and_start_over_when_told(tmp_path):
+    """Every process refuses the used folder (none writes before the check), and with --overwrite_output_dir one
+    process per host removes the earlier run while the other waits at the rendezvous."""
+    output = tmp_path / "outputs"
+    before = an_earlier_run(output)
+    _, refused, _ = train_in_workers(tmp_path, 2, *quick(), check=False)
+    assert refused.returncode != 0
+    assert "holds an earlier run (checkpoints, metrics.jsonl): --resume continues it" in refused.stdout + refused.stderr
+    assert {path: path.read_bytes() for path in output.rglob("*") if path.is_file()} == before
+    report, _, _ = train_in_workers(tmp_path, 2, *quick(), "--overwrite_output_dir", "--report_to", "none")
+    assert report["num_processes"] == 2
+    assert sorted(path.name for path in (output / "checkpoints").iterdir() if path.is_dir()) == ["epoch-1"]
