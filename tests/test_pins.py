@@ -1,6 +1,9 @@
-"""The pins agree: torch_xla is bound to exactly one torch release."""
+"""The pins agree: torch_xla is bound to exactly one torch release, and a bake carries the pins as its constraints."""
 
+import json
 import re
+import subprocess
+import sys
 
 import pytest
 import tomllib
@@ -55,3 +58,19 @@ def test_the_bake_carries_the_template_pins_as_its_constraints(bake, task):
     for name, version in pins.items():
         assert pinned(name) == version, f"constraints.txt pins {name}=={version}, requirements.txt {pinned(name)}"
     assert requirement_names(project) <= {canonicalize_name(name) for name in pins}
+
+
+@pytest.mark.parametrize("task", ["text-classification", "causal-lm"])
+def test_installing_with_the_constraints_gives_exactly_the_environment_the_suites_run_in(bake, task, tmp_path):
+    """The README's install line with `-c constraints.txt`, resolved by pip (a dry run) inside the pinned environment
+    that runs every baked suite: it would install the project and nothing else, so what users install with the
+    constraints is what the whole suites (their fine-tuning of saved models included) ran on."""
+    project = bake(task=task)
+    report = tmp_path / "pip-report.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", str(report), "-e",
+         ".[xla-cpu,dev]", "-c", "constraints.txt"], cwd=project, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    wanted = [(item["metadata"]["name"], item["metadata"]["version"]) for item in json.loads(report.read_text())["install"]]
+    assert wanted == [(project.name.replace("_", "-"), "0.1.0")]
