@@ -29,6 +29,13 @@ def bake_into(output_dir: Path, template: Path = TEMPLATE, **answers) -> Path:
     return Path(cookiecutter(str(template), no_input=True, extra_context=answers, output_dir=str(output_dir)))
 
 
+def pip(*args: str, cwd: Path | None = None, python: str = sys.executable) -> str:
+    """`python -m pip ARGS` in `cwd` (this environment's pip by default); fail with its output unless it succeeded."""
+    result = subprocess.run([python, "-m", "pip", *args], cwd=cwd, capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
 def durations_args(name: str) -> list[str]:
     """pytest arguments that write a run's durations as JUnit XML where DURATIONS names a folder (make test sets it;
     tools/durations.py tabulates them); none otherwise."""

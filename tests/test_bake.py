@@ -12,7 +12,7 @@ import pytest
 import tomllib
 import yaml
 
-from tests.baking import TEMPLATE
+from tests.baking import TEMPLATE, pip
 
 TEMPLATE_DIR = TEMPLATE / "{{cookiecutter.project_slug}}"
 # Files that exist only for some answers; everything else is always baked. PKG/ is the package (the slug).
@@ -211,11 +211,7 @@ def test_readme_names_the_chosen_options(baked):
 
 def test_baked_project_builds_a_wheel(default_project, tmp_path):
     """The generated pyproject is a real, installable Python project."""
-    result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), "."],
-        cwd=default_project, capture_output=True, text=True,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    pip("wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), ".", cwd=default_project)
     (wheel,) = tmp_path.glob("tpu_text_classifier-0.1.0-*.whl")
     import zipfile
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.baking import bake_into, run_baked_tests
+from tests.baking import bake_into, pip, run_baked_tests
 
 NEWEST = {
     "script-float32-no-benchmarks": {"variants": "script", "mixed_precision": "no", "include_benchmarks": False},
@@ -29,12 +29,6 @@ NEWEST = {
 WATCHED = ("torch", "torch-xla", "accelerate", "transformers", "datasets", "tokenizers", "peft", "kernels")
 
 
-def pip(python: Path, *args: str, cwd: Path | None = None) -> str:
-    result = subprocess.run([str(python), "-m", "pip", *args], cwd=cwd, capture_output=True, text=True, timeout=1800)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result.stdout
-
-
 @pytest.mark.slow(first=6)
 def test_each_task_s_bake_passes_on_the_newest_allowed_releases(tmp_path):
     projects = {name: bake_into(tmp_path / name, **answers) for name, answers in NEWEST.items()}
@@ -42,8 +36,8 @@ def test_each_task_s_bake_passes_on_the_newest_allowed_releases(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True, timeout=300)
     python = tmp_path / "venv" / "bin" / "python"
     for project in projects.values():
-        pip(python, "install", "--quiet", "-e", ".[xla-cpu,dev]", cwd=project)  # the README's line, without -c
-    frozen = pip(python, "freeze")
+        pip("install", "--quiet", "-e", ".[xla-cpu,dev]", cwd=project, python=str(python))  # the README's, without -c
+    frozen = pip("freeze", python=str(python))
     versions = {line.split("==")[0].lower().replace("_", "-"): line.split("==")[1]
                 for line in frozen.splitlines() if "==" in line}
     assert all(versions.get(name) for name in WATCHED if name != "kernels"), versions

@@ -38,7 +38,10 @@ def claim(config) -> bool:
         if local_rank() == "0":
             for name in RUN_OUTPUTS:
                 path = folder / name
-                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
     return check_writable(folder, config.report_path)
 
 
