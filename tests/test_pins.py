@@ -30,7 +30,8 @@ def test_baked_pyproject_uses_the_pin(default_project):
     text = (default_project / "pyproject.toml").read_text()
     version = pinned("torch")
     assert f'"torch=={version}"' in text
-    assert f'"torch_xla[tpu]=={version}"' in text
+    assert f'"torch_xla[tpu,pallas]=={version}"' in text  # pallas: torch_xla's pinned jax (--step_function jax)
+    assert f'"torch_xla[pallas]=={version}"' in text
 
 
 def constraint_pins(project) -> dict[str, str]:

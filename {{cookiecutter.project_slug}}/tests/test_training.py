@@ -31,6 +31,10 @@ def test_compilations_do_not_grow_with_epochs(run_training):
     # Epochs 2 and 3 without compilation: faster than the whole run with its compilations.
     assert report["steady_examples_per_second"] > report["examples_per_second_with_compilation"]
     assert report["steady_step_seconds"] > 0
+    traced = report["host_tracing_seconds_per_step"]  # the lazy step's phases, each marked (watch/host_tracing.py)
+    assert traced["step"] >= traced["forward"] + traced["backward"] + traced["optimizer"] - 1e-6 > 0
+    assert traced["steady_steps"] == report["learning_rate"]["optimizer_steps"] - 2
+    assert report["host_share_of_step"]["share"] is None and "XLA:CPU" in report["host_share_of_step"]["says"]
     assert report["compile_seconds"] > 0
     after_epoch_1, after_epoch_2, after_epoch_3 = report["process_compilations_after_each_epoch"]
     assert after_epoch_1 == after_epoch_2 == after_epoch_3

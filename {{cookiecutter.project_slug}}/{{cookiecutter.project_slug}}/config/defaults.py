@@ -25,6 +25,9 @@ PURE_BF16_CHOICES = ("no", "xla", "downcast", "cast")
 SCHEDULES = ("linear", "cosine", "constant", "constant_with_warmup")
 # Optimizers (loop/optimizers.py): the project's AdamW (adamw.py), or transformers' Adafactor (factored: fewer bytes).
 OPTIMIZERS = ("adamw", "adafactor")
+# How a training step reaches XLA (loop/step.py): traced op by op every step (lazy), or one JAX function traced once
+# (jax: xla/jax_step.py, needs jax; the default AdamW without accumulation, one process per host).
+STEP_FUNCTIONS = ("lazy", "jax")
 TRACKERS = ("tensorboard", "wandb", "trackio", "none")  # --report_to: Accelerate's trackers of these names
 # A from-scratch model learns the demo at a much higher rate than a pretrained one is fine-tuned at.
 DEMO_LEARNING_RATE = 1e-3

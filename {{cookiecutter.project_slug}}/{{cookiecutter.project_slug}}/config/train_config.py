@@ -14,6 +14,7 @@ from .defaults import (
     LORA_LEARNING_RATE_FACTOR,
     OPTIMIZERS,
     SCHEDULES,
+    STEP_FUNCTIONS,
     TRACKERS,
     TRAIN_BATCH_SIZE,
     switch,
@@ -72,16 +73,10 @@ class TrainConfig:
     padding: str = field(default="fixed", metadata={"help": "fixed (one shape), buckets, or dynamic (recompiles)."})
 {%- endif %}
     num_epochs: int = field(default={{ cookiecutter.num_epochs }}, metadata={"help": "Passes over the training data."})
-    max_steps: int | None = field(
-        default=None,
-        metadata={"help": "Stop after this many optimizer steps, inside an epoch if need be: the schedule and the "
-                          "checkpoints follow it, and --num_epochs becomes a maximum. Default: --num_epochs decides."},
-    )
-    eval_steps: int | None = field(
-        default=None,
-        metadata={"help": "Also evaluate every this many optimizer steps, inside epochs (the one eval graph). "
-                          "Default: after each epoch only."},
-    )
+    max_steps: int | None = field(default=None, metadata={"help": "Stop after this many optimizer steps, inside an "
+        "epoch if need be: the schedule and the checkpoints follow it, and --num_epochs becomes a maximum."})
+    eval_steps: int | None = field(default=None, metadata={"help": "Also evaluate every this many optimizer steps, "
+        "inside epochs (the one eval graph). Default: after each epoch only."})
     logging_steps: int = field(default=10, metadata={"help": "Every this many optimizer steps, log loss, learning rate, "
         "gradient norm and speed per chip (read on a thread of its own) to OUTPUT_DIR/metrics.jsonl and --report_to. 0: none."})
     report_to: str = field(default="tensorboard", metadata={"help": f"Where the logs also go (Accelerate's trackers): "
@@ -108,6 +103,9 @@ class TrainConfig:
         default=0.0, metadata={"help": "The fraction of the optimizer steps over which the rate rises from 0 (0 to <1)."}
     )
     warmup_steps: int = field(default=0, metadata={"help": "Optimizer steps of warm-up from 0, instead of --warmup_ratio."})
+    step_function: str = field(default="lazy", metadata={"help": f"How a step reaches XLA: {' or '.join(STEP_FUNCTIONS)}. "
+        "lazy traces every operation in Python every step; jax traces the whole step once as a JAX function and "
+        "replays it (needs jax, in the tpu and xla-cpu extras; README: Is the chip waiting?)."})
     max_grad_norm: float = field(
         default=1.0, metadata={"help": "Clip the gradients' global norm to this, in the graph (transformers' Trainer's "
                                        "default); 0 turns clipping off."}

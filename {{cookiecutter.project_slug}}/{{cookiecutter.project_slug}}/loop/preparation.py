@@ -5,9 +5,12 @@ The task (tasks/) says how examples are loaded and batched and which model is bu
 """
 
 import functools
+import importlib.util
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import torch
 
 from ..config import DEMO_GLOBAL_BATCH, ConfigError, TrainConfig
 from ..data import batching
@@ -37,6 +40,7 @@ class Prepared:
     accumulation: int  # micro-batches per chip in one optimizer step (--gradient_accumulation_steps)
     optimizer_steps: int  # of the whole run
     clip: Callable | None  # clips the gradients in the step (the layout's clip at --max_grad_norm); None: no clipping
+    whole_step: Callable | None = None  # --step_function jax: the step as one JAX function (xla/jax_step.py)
 
     @property
     def epochs(self) -> int:
@@ -119,4 +123,27 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
     return Prepared(
         model, optimizer, scheduler, train_loader, eval_loader, tokenizer, data, train_examples, collator,
         steps_per_epoch, batch_size, replicas, accumulation, optimizer_steps, clip,
+        whole_step(accelerator, layout, optimizer, config, precision_report),
     )
+
+
+def whole_step(accelerator, layout, optimizer, config: TrainConfig, precision_report):
+    """--step_function jax: the step as one JAX function over the layout's plain model; None for the lazy step."""
+    if config.step_function == "lazy":
+        return None
+    if accelerator.device.type != "xla":
+        raise ConfigError("step_function='jax' needs an XLA device (torch_xla): use step_function=lazy here")
+    if layout.name == "data" and accelerator.num_processes > 1:
+        # Accelerate averages the lazy step's gradients between processes in its clip and optimizer step; inside
+        # the JAX function nothing does. Under fsdp the SPMD partitioner adds the collectives to the one graph.
+        raise ConfigError("step_function='jax' with parallelism='data' runs in one process only (its gradients are "
+                          "not averaged between processes): use parallelism=fsdp (SPMD) or step_function=lazy")
+    if getattr(getattr(layout, "host", None), "count", 1) > 1:  # torchax breaks torch.distributed's barrier (xla/runtime.py)
+        raise ConfigError("step_function='jax' runs on one host for now: use step_function=lazy on several hosts")
+    if importlib.util.find_spec("jax") is None or importlib.util.find_spec("flax") is None:
+        raise ConfigError("step_function='jax' needs jax and flax, which the tpu and xla-cpu extras bring: "
+                          "pip install -e '.[tpu]' -c constraints.txt")
+    from ..xla.jax_step import WholeStep
+
+    autocast = torch.bfloat16 if precision_report.autocast else None
+    return WholeStep(layout.plain_model(accelerator), optimizer, config.max_grad_norm or None, autocast)

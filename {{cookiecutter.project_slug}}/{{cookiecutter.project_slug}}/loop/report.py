@@ -21,7 +21,7 @@ TASK_FIELDS = ("eval_accuracy", "eval_loss", "eval_examples_counted")
 {%- endif %}
 FIELDS = (
     "device", "distributed_type", "num_processes", "epochs", "train_examples", "train_batch", "steady_examples_per_second",
-    "examples_per_second_with_compilation", "learning_rate", *TASK_FIELDS,
+    "examples_per_second_with_compilation", "host_tracing_seconds_per_step", "learning_rate", *TASK_FIELDS,
     "xla_compilations", "recompilations", "compile_seconds", "compilation_cache", "precision", "model", "parameters", "data",
     "checkpoint", "checkpoint_seconds", "flops", "logging", "curves", "profile",
 )
@@ -44,6 +44,11 @@ def run_report(accelerator, layout, prepared, run, config, precision_report, wat
                         "global": prepared.global_batch},
         **run.speeds(),
         "steady_step_seconds": watch.steady_step_seconds() if watch else None,
+        # The host's share of the step: on a TPU the chip waits while the host traces (watch/host_tracing.py).
+        "host_tracing_seconds_per_step": run.tracing.seconds_per_step(),
+        "host_share_of_step": run.tracing.host_share(
+            device_kind(accelerator.device), watch.steady_step_seconds() if watch else None),
+        "step_function": config.step_function,
         # Host-side floats: the scheduler lives on the host, reading it costs no device transfer.
         "learning_rate": {
             "schedule": config.lr_scheduler_type, "warmup_steps": config.warmup_for(prepared.optimizer_steps),

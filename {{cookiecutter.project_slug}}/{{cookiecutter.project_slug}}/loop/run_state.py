@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..watch.compilations import compile_counts
+from ..watch.host_tracing import HostTracing
 
 
 @dataclass
@@ -39,6 +40,7 @@ class RunState:
     # graph, so that reading it at a logging step changes no graph (watch/metrics_log.py).
     grad_norm: object = None
     shown: dict = field(default_factory=dict)  # the latest log's numbers, for the progress bar
+    tracing: HostTracing = field(default_factory=HostTracing)  # the host's seconds per step, up to the graph's hand-over
     _epoch_started: float = 0.0
     _compile_seconds_at_start: float = 0.0
 

@@ -7,6 +7,9 @@ with XLA's buffer assignment on the CPU, a 128-token demo step: 4 micro-batches 
 one batch of 16 does; one at a time, at most 9.8 MiB a graph (a batch of 4: 9.4). That is at most two graphs more,
 whatever N: the first micro-batch's (the gradients are created) and, from 3 micro-batches on, the middle ones' (added
 to); the last one's runs with the update, in the graph a step without accumulation has.
+
+With --step_function jax the whole step is one JAX function traced once (xla/jax_step.py): each step then only hands
+the weights, moments and batch to it. The host's time in each phase is marked for the report (watch/host_tracing.py).
 """
 
 import contextlib
@@ -15,6 +18,7 @@ from typing import NamedTuple
 import torch
 
 from ..data.batching import VALID, micro_batch
+from ..watch.host_tracing import HostTracing
 from ..xla import device as devices
 
 
@@ -26,28 +30,41 @@ class Step(NamedTuple):
 _indices = {}  # (device, N) -> the micro-batches' indices, on the device as data: one graph for every micro-batch
 
 
-def train_step(accelerator, model, optimizer, scheduler, batch, clip=None, accumulation: int = 1):
+def train_step(accelerator, model, optimizer, scheduler, batch, clip=None, accumulation: int = 1, tracing=None,
+               whole_step=None):
     """One optimizer step over the batch's `accumulation` micro-batches: a Step of their mean loss and the gradients'
     norm before clipping, both detached and still lazy (the caller decides when to sync).
 
     Each micro-batch's loss is divided by their number, so that the gradients are those of the mean loss, as one
     batch of them all would give. `clip()` clips the gradients before the update and returns that norm (Prepared.clip).
+    `whole_step` (xla/jax_step.py's WholeStep, --step_function jax) does all of it in one call; `tracing` times the
+    phases on the host (watch/host_tracing.py).
     """
+    tracing = tracing or HostTracing()
+    tracing.begin()
     batch.pop(VALID, None)
+    if whole_step is not None:
+        loss, grad_norm = whole_step(batch)
+        scheduler.step()
+        tracing.lap("whole_step")
+        return Step(loss, grad_norm)
     if accumulation == 1:
         loss = model(**batch).loss
+        tracing.lap("forward")
         accelerator.backward(loss)
+        tracing.lap("backward")
         losses = [loss.detach()]
     else:
-        losses = _accumulate(accelerator, model, batch, accumulation)
+        losses = _accumulate(accelerator, model, batch, accumulation, tracing)
     grad_norm = clip().detach() if clip is not None else None
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad()
+    tracing.lap("optimizer")
     return Step(losses[0] if accumulation == 1 else torch.stack(losses).mean(), grad_norm)
 
 
-def _accumulate(accelerator, model, batch, accumulation: int) -> list:
+def _accumulate(accelerator, model, batch, accumulation: int, tracing) -> list:
     """The micro-batches' forward and backward passes, the gradients summed in place; their losses, detached."""
     device = next(iter(batch.values())).device
     key = (str(device), accumulation)
@@ -60,8 +77,11 @@ def _accumulate(accelerator, model, batch, accumulation: int) -> list:
         # reduced once per step anyway, by the clip or the optimizer step (no_sync is then a no-op).
         with contextlib.nullcontext() if last else accelerator.no_sync(model):
             loss = model(**micro_batch(batch, accumulation, position)).loss
+            tracing.lap("forward")
             accelerator.backward(loss / accumulation)
+            tracing.lap("backward")
         losses.append(loss.detach())
         if not last:
             devices.sync(device)  # this micro-batch's activations are freed before the next one runs
+            tracing.resume()  # the sync ran the micro-batch: the device's time, not tracing
     return losses

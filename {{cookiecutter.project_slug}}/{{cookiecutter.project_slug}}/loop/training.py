@@ -34,6 +34,7 @@ from ..watch.metrics_log import MetricsLog
 from ..watch.step_profile import StepProfile
 from ..xla import compilation as xla_compilation
 from ..xla import device as devices
+from ..xla import runtime as xla_runtime
 from . import collector, export
 from .callbacks import Callbacks
 from .evaluation import evaluate
@@ -61,6 +62,8 @@ def _training_function(model, config: TrainConfig | None) -> dict:
     cache_dir = compilations.init_compilation_cache(f"{config.output_dir}/xla-cache") if config.compilation_cache else None
     analysis_file = None
     if environment.xla_installed():
+        if config.step_function == "lazy":
+            xla_runtime.keep_torchax_out()  # torchax, once imported, passes for torch's accelerator (xla/runtime.py)
         precision.set_xla_variables(level)
         if takes_python_scalars(config.optim, config.kahan_summation):
             xla_compilation.scalars_as_data()  # a learning rate of 0 (warm-up) or of any size is the same graph
@@ -144,6 +147,8 @@ def _train(accelerator, layout, model, config: TrainConfig, precision_report, an
     callbacks = Callbacks(checkpoints, watch, Preemption(accelerator, checkpoints), metrics, profile)
     fit(accelerator, parts, run, callbacks, guard, layout, precision.metric_dtype(precision_report), say)
     report = run_report(accelerator, layout, parts, run, config, precision_report, watch, checkpoints, demo)
+    if report["host_share_of_step"]["says"].startswith("host-bound"):
+        say(report["host_share_of_step"]["says"])
     report["logging"] = metrics.report()
     report["profile"] = profile.report() if profile else None
     if processes.is_main(accelerator):
@@ -208,11 +213,12 @@ def train_epoch(accelerator, parts, run: RunState, batches, callbacks, guard: Lo
         for index, batch in enumerate(batches, start=1):
             run.last_learning_rate = parts.scheduler.get_last_lr()[0]
             step = train_step(accelerator, parts.model, parts.optimizer, parts.scheduler, batch, parts.clip,
-                              parts.accumulation)
+                              parts.accumulation, run.tracing, parts.whole_step)
             guard.add(step.loss)
             run.grad_norm = step.grad_norm
             run.after_step()
             callbacks.before_sync(run)
+            run.tracing.handed_over()
             devices.sync(accelerator.device)
             callbacks.after_train_step(run, batch)  # the metrics log hands what it reads to its own thread
             if run.shown:

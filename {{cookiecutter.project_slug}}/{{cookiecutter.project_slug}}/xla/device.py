@@ -18,6 +18,16 @@ def sync(device, wait: bool = False) -> None:
         torch_xla.sync(wait=wait)
 
 
+def discard_traced(device) -> None:
+    """Drop what was traced since the last sync without compiling or running it. For measuring tracing alone
+    (benchmarks/measure_host_tracing.py), where compiling a full-depth step would cost more than the measurement:
+    a tensor updated in place since the sync is left a placeholder of its shape, without a value (reading it fails,
+    tracing on it traces the same graph again). A training step must sync instead."""
+    import torch_xla
+
+    torch_xla._XLAC._clear_pending_irs(str(device))
+
+
 def current_device():
     """This process's XLA device (under SPMD: the one virtual device every chip stands behind)."""
     import torch_xla

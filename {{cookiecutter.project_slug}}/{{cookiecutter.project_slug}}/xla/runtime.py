@@ -58,3 +58,26 @@ def gather_objects(value) -> list:
     import torch_xla.core.xla_model as xm
 
     return xm.mesh_reduce("gather_objects", value, list)
+
+
+def keep_torchax_out() -> None:
+    """Keep torchax, the JAX bridge in torch_xla's wheel, out of a run of the lazy step (call before the runtime starts).
+
+    Once jax is installed (--step_function jax needs it), torch_xla imports torchax at the first `mark_sharding`, and
+    torchax registers itself as torch's PrivateUse1 device "jax" without the hooks torch asks such a device for:
+    torch.distributed's barrier then fails between hosts ("Please register PrivateUse1HooksInterface"), Accelerate's
+    free_memory empties its "cache" (an internal assert) and torch.distributed.checkpoint's writer asks it for a
+    stream. Marked missing, torch_xla takes its path without it, as when jax is not installed.
+    """
+    sys.modules.setdefault("torchax", None)
+
+
+def torchax_for_the_jax_step() -> None:
+    """Let torchax in for the JAX step (undoing keep_torchax_out), and keep it from passing for this machine's
+    accelerator: Accelerate's free_memory and torch.distributed.checkpoint's writer ask for it only when it says it
+    is available. torch.distributed's barrier still fails with it (several hosts: refused, loop/preparation.py)."""
+    if "torchax" in sys.modules and sys.modules["torchax"] is None:
+        del sys.modules["torchax"]
+    import torchax.device_module
+
+    torchax.device_module.is_available = lambda: False

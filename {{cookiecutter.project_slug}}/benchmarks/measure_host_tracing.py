@@ -1,0 +1,157 @@
+"""The host's tracing time per step at the default model's real layer count, against the chip's compute time.
+
+Lazy tensors re-trace the whole step in Python at every step; a TPU runs one step while the host traces the next, so a
+step can never be shorter than its tracing. How long tracing takes follows the number of operations and tensors, not
+their sizes: the default model is built with its real layers and tensors but 64 wide (and a small vocabulary), so that
+XLA:CPU executes it cheaply, while the chip's side is computed from the full model's FLOPs (watch/flops.py's formula,
+the model built on the meta device: no memory) at the baked batch and sequence length, at 50 % of a chip's peak.
+
+Rows, each in the same forked child, one after the other, on the same model, batch and seed, float32:
+  plain         a bare lazy loop: forward, backward, clip at 1.0, torch's AdamW(foreach=True), nothing else;
+  project-lazy  the project's step (loop/step.py's train_step: its AdamW, clipping, schedule), traced op by op;
+  project-jax   the same step with --step_function jax: one JAX function traced once (xla/jax_step.py);
+  {{ "sft-trainer   TRL's SFTTrainer" if cookiecutter.task == "causal-lm" else "tuned-trainer transformers' Trainer, TPU-tuned," }} its own step method by method (measure_trainer_tracing.py).
+Each step is timed from its first operation to the graph's hand-over, the sync and execution left out. Every row
+starts from weights and optimizer state that are device data, and each traced step is then dropped without compiling
+or running it (xla/device.py's discard_traced): the next step is traced over placeholders of the same shapes, the same
+graph again, and no full-depth step is compiled (XLA:CPU took 17-40 s a row for the 12-layer model). Checked once
+against steps synced and run instead, on the 12-layer BERT: plain 168 ms synced, 151-169 dropped; the project's lazy
+step 109 and 112-118.
+"""
+
+import time
+
+import torch
+{%- if cookiecutter.task == "causal-lm" %}
+from transformers import Qwen2Config, Qwen2ForCausalLM
+{%- else %}
+from transformers import BertConfig, BertForSequenceClassification
+{%- endif %}
+
+from {{ cookiecutter.project_slug }}.config import ATTENTION, TrainConfig
+from {{ cookiecutter.project_slug }}.loop.adamw import AdamW
+from {{ cookiecutter.project_slug }}.loop.step import train_step
+from {{ cookiecutter.project_slug }}.models.modeling import make_graph_friendly
+from {{ cookiecutter.project_slug }}.watch import compilations, flops
+from {{ cookiecutter.project_slug }}.watch.host_tracing import HostTracing
+from {{ cookiecutter.project_slug }}.xla import device as devices
+
+from .profiles import Profile
+
+TRAINER = {{ '"sft-trainer"' if cookiecutter.task == "causal-lm" else '"tuned-trainer"' }}  # measure_trainer_tracing.py
+ROWS = ("plain", "project-lazy", "project-jax", TRAINER)
+NARROW = {"hidden_size": 64, "intermediate_size": 256, "num_attention_heads": 4, "vocab_size": 1024}
+MFU = 0.5
+CHIPS = ("v5e", "v6e")
+BAKED = TrainConfig()
+BATCH, LENGTH = BAKED.per_chip_train_batch(False, 1), BAKED.max_seq_length  # the bake's 16 x 128 per chip
+STEPS = {"quick": 8, "full": 32}  # HostTracing leaves the first 2 out: the medians are over 6 and 30 steps
+{%- if cookiecutter.task == "causal-lm" %}
+MODEL = "Qwen2.5-0.5B"
+# Qwen2.5-0.5B's config.json: 24 layers, 14 query and 2 key-value heads, tied embeddings.
+FULL = {"vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+        "num_attention_heads": 14, "num_key_value_heads": 2, "tie_word_embeddings": True, "max_position_embeddings": 32768}
+
+
+def _model(shape: dict):
+    return Qwen2ForCausalLM(Qwen2Config(**{**FULL, **shape, "num_key_value_heads": 2}, attn_implementation=ATTENTION))
+
+
+def _batch(batch_size: int, length: int) -> dict:
+    ids = torch.randint(0, NARROW["vocab_size"], (batch_size, length))
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+{%- else %}
+MODEL = "bert-base-cased"
+# bert-base-cased's config.json: 12 layers, 12 heads.
+FULL = {"vocab_size": 28996, "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
+        "num_attention_heads": 12}
+
+
+def _model(shape: dict):
+    return BertForSequenceClassification(BertConfig(**{**FULL, **shape}, num_labels=2, attn_implementation=ATTENTION))
+
+
+def _batch(batch_size: int, length: int) -> dict:
+    ids = torch.randint(0, NARROW["vocab_size"], (batch_size, length))
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": torch.randint(0, 2, (batch_size,))}
+{%- endif %}
+
+
+def chip_seconds(batch_size: int, length: int) -> dict:
+    """The full model's step on one chip at MFU: its FLOPs per token times the step's tokens over MFU x peak."""
+    with torch.device("meta"):
+        full = _model({})
+    step_flops = flops.model_flops_per_token(full, length) * batch_size * length
+    return {chip: step_flops / (MFU * flops.PEAK_BF16_FLOPS[chip]) for chip in CHIPS}
+
+
+def _plain_step(model, optimizer, batch, tracing: HostTracing):
+    tracing.begin()
+    loss = model(**batch).loss
+    tracing.lap("forward")
+    loss.backward()
+    tracing.lap("backward")
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad()
+    tracing.lap("optimizer")
+
+
+class _Accelerator:
+    """The one thing train_step asks of Accelerate on one device without accumulation: the backward pass."""
+
+    @staticmethod
+    def backward(loss):
+        loss.backward()
+
+
+def one_row(row: str, steps: int) -> dict:
+    """Trace `steps` steps of one row (the first ones warm up: HostTracing leaves them out); its medians in ms."""
+    if row == TRAINER:
+        from .measure_trainer_tracing import trainer_row
+
+        return trainer_row(steps)
+    device = devices.current_device()
+    torch.manual_seed(BAKED.seed)
+    model = make_graph_friendly(_model({**NARROW, "max_position_embeddings": max(512, LENGTH)}))
+    model.to(device).train()
+    batch = {name: tensor.to(device) for name, tensor in _batch(BATCH, LENGTH).items()}
+    tracing, whole = HostTracing(), None
+    if row == "plain":
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+        for parameter in model.parameters():  # its state as device data now (torch's makes it in the first step)
+            optimizer.state[parameter] = {"step": torch.tensor(0.0), "exp_avg": devices.zeros_like(parameter),
+                                          "exp_avg_sq": devices.zeros_like(parameter)}
+    else:
+        optimizer = AdamW(model.parameters(), lr=1e-4)
+        optimizer.create_state()
+        if row == "project-jax":
+            from {{ cookiecutter.project_slug }}.xla.jax_step import WholeStep
+
+            whole = WholeStep(model, optimizer, 1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / (2 * steps))
+    clip = lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # noqa: E731  (the layout's clip, one device)
+    with compilations.counting_compilations() as compiled:
+        started = time.perf_counter()
+        for _ in range(steps):
+            if row == "plain":
+                _plain_step(model, optimizer, dict(batch), tracing)
+            else:
+                train_step(_Accelerator, model, optimizer, scheduler, dict(batch), clip, 1, tracing, whole)
+            tracing.handed_over()
+            devices.discard_traced(device)
+        wall = time.perf_counter() - started
+    traced = tracing.seconds_per_step()
+    return {
+        "tracing_ms": traced["step"] * 1e3,
+        **{f"{phase}_ms": traced.get(phase, 0.0) * 1e3 for phase in ("forward", "backward", "optimizer", "whole_step")},
+        "steps_timed": traced["steady_steps"], "compilations": compiled["compilations"], "wall_s": wall,
+        "tensors": len(list(model.parameters())), "layers": model.config.num_hidden_layers,
+        "spread_ms": (max(s["step"] for s in tracing.steps[2:]) - min(s["step"] for s in tracing.steps[2:])) * 1e3,
+    }
+
+
+def all_rows(profile: Profile) -> dict:
+    """Every row in this (forked) process, one after the other, and the chip's compute time beside them."""
+    rows = {row: one_row(row, STEPS[profile.name]) for row in ROWS}
+    return {"rows": rows, "device": devices.device_kind(devices.current_device()), "chip_ms": {chip: seconds * 1e3 for chip, seconds in chip_seconds(BATCH, LENGTH).items()}}

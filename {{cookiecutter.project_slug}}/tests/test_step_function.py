@@ -1,0 +1,88 @@
+"""--step_function jax in whole runs: the step as one JAX function (xla/jax_step.py) trains at the bake's precision,
+adds no graph, resumes bit for bit and keeps FSDPv2's shardings; what it cannot do is refused in one line.
+
+Its equivalence to the lazy step (losses and weights, dropout masks, LoRA, shardings) is tests/test_jax_step.py's.
+"""
+
+import json
+import shutil
+
+import pytest
+import torch
+from conftest import python_command, quick, run, spmd_env, train
+
+from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
+from {{ cookiecutter.project_slug }}.fault_tolerance.checkpointing import LATEST
+
+# At the bake's precision (bf16 autocast by default), dropout on: as users run it.
+JAX_RUN = ["--demo", "true", "--max_seq_length", "32", "--max_train_examples", "64", "--num_epochs", "1",
+           "--train_batch_size", "8", "--compilation_cache", "false", "--max_recompilations", "0",
+           "--step_function", "jax"]
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+@pytest.mark.layout("data")
+def test_the_jax_step_trains_adds_no_graph_and_resumes_bit_for_bit(tmp_path):
+    uninterrupted = tmp_path / "uninterrupted"
+    run(python_command("--output_dir", str(uninterrupted), *JAX_RUN, "--save_steps", "3", "--keep_checkpoints", "4"))
+    report = json.loads((uninterrupted / "report.json").read_text())
+    assert report["step_function"] == "jax"
+    # The lazy step's graphs are exactly 2 (tests/test_graph_watch.py): one train step, one eval step.
+    assert report["xla_compilations"] <= 2 and report["recompilations"] == 0
+    traced = report["host_tracing_seconds_per_step"]
+    assert set(traced) == {"step", "whole_step", "steady_steps"} and traced["whole_step"] > 0
+    first, last = report["evaluations"][0], report["evaluations"][-1]
+    assert torch.isfinite(torch.tensor([first["eval_loss"], last["eval_loss"]])).all()
+
+    output = tmp_path / "resumed"
+    checkpoints = output / "checkpoints"
+    shutil.copytree(uninterrupted / "checkpoints" / "step-3", checkpoints / "step-3")
+    (checkpoints / LATEST).write_text("step-3")
+    result = run(python_command("--output_dir", str(output), *JAX_RUN, "--resume", "true"))
+    assert "resume: continuing after epoch 0, step 3 of epoch 1" in result.stdout
+    final = [folder / "checkpoints" / "epoch-1" for folder in (uninterrupted, output)]
+    weights = [torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True) for folder in final]
+    assert weights[0].keys() == weights[1].keys()
+    for name, value in weights[0].items():
+        assert torch.equal(weights[1][name], value), f"{name}: the resumed run's differs"
+    states = [torch.load(folder / "optimizer.bin", map_location="cpu", weights_only=True)["state"] for folder in final]
+    for index, state in states[0].items():
+        for name, value in state.items():
+            assert torch.equal(torch.as_tensor(states[1][index][name]), torch.as_tensor(value)), (index, name)
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+@pytest.mark.layout("fsdp")
+def test_the_jax_step_under_fsdp_keeps_the_shards_and_adds_no_graph(tmp_path):
+    report, _ = train(tmp_path, *quick("--parallelism", "fsdp", "--train_batch_size", "4"), "--step_function", "jax",
+                      env=spmd_env(4))
+    assert report["layout"]["devices"] == 4
+    assert report["xla_compilations"] <= 2 and report["recompilations"] == 0
+    # The weights and AdamW's moments came back from the JAX function still split over the 4 devices.
+    layout = report["layout"]
+    assert layout["optimizer_bytes_per_device"] < 0.5 * layout["optimizer_bytes"]
+    assert layout["parameter_bytes_per_device"] < 0.5 * layout["parameter_bytes"]
+
+
+@pytest.mark.parametrize(("settings", "refusal"), [
+    ({"gradient_accumulation_steps": 2}, "gradient_accumulation_steps=1"),
+    ({"optim": "adafactor"}, "optim=adamw"),
+    ({"pure_bf16": "xla"}, "pure_bf16=cast or no"),
+    ({"gradient_checkpointing": True}, "gradient_checkpointing off"),
+])
+def test_what_the_jax_step_cannot_do_is_refused(settings, refusal):
+    with pytest.raises(ConfigError, match=refusal):
+        TrainConfig(step_function="jax", **settings)
+    with pytest.raises(ConfigError, match="step_function='eager': must be one of lazy, jax"):
+        TrainConfig(step_function="eager")
+
+
+@pytest.mark.slow
+@pytest.mark.machinery
+def test_the_jax_step_needs_an_xla_device(run_training):
+    """The laptop path (torch_xla absent): refused before training, exit 2."""
+    report, result = run_training(*quick(), "--step_function", "jax", xla=False, check=False)
+    assert result.returncode == 2 and report is None
+    assert "step_function='jax' needs an XLA device" in result.stderr

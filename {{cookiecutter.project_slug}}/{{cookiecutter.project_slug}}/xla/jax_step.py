@@ -1,0 +1,206 @@
+"""The whole training step (forward, loss, backward, clipping, the project's AdamW) as one JAX function.
+
+Why: torch_xla traces every op of a lazy step in Python, every step: measured on the CPU, 130 ms of host time a step
+for bert-base's 201 tensors and 503 ms for Qwen2.5-0.5B's 291, longer than the chip needs for the step. Here the
+model's loss is seen as a JAX function through torchax (`torch.func.functional_call` over torchax views of the
+weights), differentiated by `jax.value_and_grad`, clipped and stepped by AdamW in `jax.numpy`; torch_xla lowers that
+function once per input structure (`JaxCallable`) and replays it as one node of the lazy graph. A step's host work is
+then flattening the inputs, one call and copying the results back into the weights and moments.
+
+The optimizer stays the project's `loop.adamw.AdamW`: its param groups (lr read every call, as the scheduler sets
+it), its state (`step` on the host, `exp_avg`, `exp_avg_sq` written in place), so checkpoints and resume read it as
+they read the lazy step's. Its moving numbers reach the device as one float32 tensor, as AdamW._update sends them.
+"""
+
+import contextlib
+import math
+
+import torch
+
+from .device import device_values
+from .runtime import torchax_for_the_jax_step
+from .sharding import replicate_under_spmd
+
+
+class WholeStep:
+    """The training step (forward, loss, backward, clipping, the project's AdamW update) as one JAX function, called
+    through torch_xla as one graph node: `step(batch)` -> (loss, grad_norm or None), lazy and detached.
+
+    `model`: the prepared module on the XLA device (peft-wrapped or not, FSDPv2-wrapped or not, its forward maybe
+    wrapped in torch.autocast by precision.apply_to_model: the original forward runs, under torchax's autocast when
+    `autocast_dtype` is given). `optimizer`: the project's AdamW, or Accelerate's wrapper around it.
+    """
+
+    def __init__(self, model, optimizer, max_grad_norm: float | None, autocast_dtype=None):
+        import torch_xla
+        from torch_xla.core.xla_builder import JaxCallable
+
+        torchax_for_the_jax_step()
+        if any(getattr(module, "gradient_checkpointing", False) is True for module in model.modules()):
+            # Its torch_xla checkpoint function cannot run on torchax tensors (jax.checkpoint would be the route).
+            raise ValueError("gradient checkpointing is not supported by the whole JAX step: use the lazy step")
+        self.model, self.optimizer = model, getattr(optimizer, "optimizer", optimizer)
+        self.max_grad_norm, self.autocast_dtype = max_grad_norm, autocast_dtype
+        parameters = dict(model.named_parameters())  # a tied weight once: functional_call ties it back
+        self.trainable = {name: p for name, p in parameters.items() if p.requires_grad}
+        # Frozen weights and buffers go in as inputs too: a device tensor the function captured instead fails
+        # ("mixed math between XLATensor and torch.Tensor").
+        self.frozen = {**{name: p for name, p in parameters.items() if not p.requires_grad},
+                       **dict(model.named_buffers())}
+        # Under SPMD, an input without a sharding (FSDPv2 leaves buffers unmarked) comes out of the first step
+        # marked replicated, and the second step was another graph: marked so from the start.
+        for tensor in [*self.trainable.values(), *self.frozen.values()]:
+            if not torch_xla._XLAC._get_xla_sharding_spec(tensor):
+                replicate_under_spmd(tensor)
+        group_of = {id(p): index for index, group in enumerate(self.optimizer.param_groups) for p in group["params"]}
+        missing = [name for name, p in self.trainable.items() if id(p) not in group_of]
+        if missing:
+            raise ValueError(f"trainable weights the optimizer does not step: {', '.join(missing[:5])}")
+        self.groups = [group_of[id(p)] for p in self.trainable.values()]
+        # torch's embedding backward leaves the padding row's gradient 0; JAX's gradient of a gather does not know
+        # that row, so it is zeroed by hand (else AdamW moves the pad token's vector, unlike the lazy step).
+        name_of = {id(p): name for name, p in self.trainable.items()}
+        self.padding_rows = {name_of[id(m.weight)]: m.padding_idx for m in model.modules()
+                             if isinstance(m, torch.nn.Embedding) and m.padding_idx is not None and id(m.weight) in name_of}
+        # Our own cache, not call_jax's module-level one: that one is keyed by the function's id and keeps every
+        # function (and so its model's device weights) alive for the whole process.
+        self.callable = JaxCallable(self._function)
+
+    @torch.no_grad()
+    def __call__(self, batch: dict) -> tuple:
+        optimizer, params = self.optimizer, list(self.trainable.values())
+        if any(not optimizer.state[p] for p in params):
+            optimizer.create_state()
+        states = [optimizer.state[p] for p in params]
+        counts = [state["step"] for state in states]
+        torch._foreach_add_(counts, 1)  # on the host, as AdamW.step counts: one call, not one per weight
+        # One row of moving numbers per (group, step count): normally one row. Which row a weight reads is part of
+        # the traced structure (a new combination retraces); the numbers themselves are data.
+        keys = list(zip(self.groups, map(int, torch.stack(counts).tolist()), strict=True))
+        rows = sorted(set(keys))
+        moving = [_moving(optimizer.param_groups[group], step) for group, step in rows]
+        device = params[0].device
+        moving = device_values(moving, torch.float32, device)
+        # A new dropout mask every step, reproducible: torch's seed (set_seed) and the step count, as data. Derived
+        # rather than drawn from torch's generator, so that the host's random stream (data order) is the lazy
+        # step's, and a resumed run draws the masks the uninterrupted one would have.
+        seed = device_values([torch.initial_seed() % (2 ** 31), keys[0][1] % (2 ** 31)], torch.int32, device)
+        constants = tuple((*optimizer.param_groups[g]["betas"], optimizer.param_groups[g]["eps"]) for g, _ in rows)
+        names = list(self.trainable)
+        # Every weight's inputs keyed by its name: the call flattens dicts in sorted-key order, not ours.
+        loss, norm, new = self.callable(
+            self.trainable, {name: _int32(t) for name, t in self.frozen.items()},
+            {name: (s["exp_avg"], s["exp_avg_sq"]) for name, s in zip(names, states, strict=True)},
+            {name: _int32(t) for name, t in batch.items()}, moving, seed,
+            {name: rows.index(key) for name, key in zip(names, keys, strict=True)}, constants, self.max_grad_norm,
+        )
+        for index, targets in enumerate((params, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states])):
+            torch._foreach_copy_(targets, [new[name][index] for name in names])
+        return loss, norm if self.max_grad_norm is not None else None
+
+    def _function(self, trainable, frozen, moments, batch, moving, seed, rows, constants, max_norm):
+        """The step in JAX: traced once per input structure (shapes, dtypes, names, rows, constants)."""
+        import jax
+        import jax.numpy as jnp
+        import torchax
+        from torchax.interop import jax_view, torch_view
+
+        env = torchax.default_env()
+
+        def loss_of(weights):
+            key = jax.random.fold_in(jax.random.PRNGKey(seed[0]), seed[1])
+            amp = _autocast(env, self.autocast_dtype) if self.autocast_dtype else contextlib.nullcontext()
+            # torchax's generator seeded for this trace only (override_property pops it after), so that no tracer
+            # stays behind in the environment.
+            with env, env.override_property(prng=key), amp, _plain_forwards(self.model):
+                output = torch.func.functional_call(self.model, torch_view({**weights, **frozen}), (),
+                                                    torch_view(batch))
+            return jax_view(output.loss).astype(jnp.float32)
+
+        loss, grads = jax.value_and_grad(loss_of)(trainable)
+        for name, row in self.padding_rows.items():
+            # A mask, not `.at[row].set(0)`: under SPMD, with the table split by rows, that update zeroed more than
+            # the row (measured: the table's gradient norm 0.097 instead of 0.116 on 4 devices).
+            rows_of = jnp.arange(grads[name].shape[0]).reshape((-1,) + (1,) * (grads[name].ndim - 1))
+            grads[name] = jnp.where(rows_of == row, 0, grads[name])
+        # torch.nn.utils.clip_grad_norm_: the norm of the per-tensor norms; scaled by max/(norm + 1e-6) capped at 1.
+        norm = jnp.linalg.norm(jnp.stack([jnp.linalg.norm(g.ravel()) for g in grads.values()]))
+        scale = jnp.minimum(max_norm / (norm + 1e-6), 1.0) if max_norm is not None else 1.0
+        new = {}
+        for name, grad in grads.items():
+            (avg, sq), row = moments[name], rows[name]
+            beta1, beta2, eps = constants[row]
+            decay, step_size, correction2_sqrt = moving[row, 0], moving[row, 1], moving[row, 2]
+            grad = grad * scale
+            # AdamW._update's arithmetic: lerp the moments, then decay and step the weight.
+            avg = avg + (1 - beta1) * (grad - avg)
+            sq = sq + (1 - beta2) * (grad * grad - sq)
+            update = avg / (jnp.sqrt(sq) / correction2_sqrt + eps) * step_size
+            new[name] = (trainable[name] * decay - update, avg, sq)
+        return loss, norm, new
+
+
+def _moving(group: dict, step: int) -> list:
+    """AdamW._update's moving numbers, computed on the host in float64: [1 - lr * wd, lr / (1 - b1^t), sqrt(1 - b2^t)]."""
+    beta1, beta2 = group["betas"]
+    lr = group["lr"]
+    return [1 - lr * group["weight_decay"], lr / (1 - beta1 ** step), math.sqrt(1 - beta2 ** step)]
+
+
+def _int32(tensor):
+    """int64 as int32. Why not jax's x64 mode: it is one switch for the whole process (every later JAX computation
+    would change), and a TPU has no 64-bit integer units; token ids, labels and positions fit in int32."""
+    return tensor.to(torch.int32) if tensor.dtype == torch.int64 else tensor
+
+
+@contextlib.contextmanager
+def _autocast(env, dtype):
+    """torchax's autocast with its policy table mended for the trace (the torchax of torch_xla 2.9's wheel): F.linear
+    and torch.einsum run as JAX functions above the aten ops the table names, so every Linear stayed float32 (6 bf16
+    dots of a BERT step against the lazy step's 30): cast as torch casts them. Softmax and log-softmax ran in bf16
+    (a bf16 loss): float32, as torch's list has them. cat's and stack's "promote" reads `.dtype` of a list and fails
+    (Qwen2's rotary embedding): dropped, JAX's concatenate promotes by itself. Restored after the trace."""
+    import torchax.amp as amp
+
+    table = amp.autocast_policy
+    saved = dict(table)
+    for function in (torch.nn.functional.linear, torch.einsum):
+        table[function] = amp.CastPolicy.LOWER_PRECISION_FP
+    for op in (torch.ops.aten._softmax.default, torch.ops.aten._log_softmax.default):
+        table[op] = amp.CastPolicy.FP32  # torch's float32 list has them (torchax leaves their policy unwritten)
+    for op in (torch.ops.aten.cat.default, torch.ops.aten.stack.default):
+        table.pop(op, None)
+    try:
+        with amp.autocast("jax", dtype=dtype, env=env):
+            yield
+    finally:
+        table.clear()
+        table.update(saved)
+
+
+@contextlib.contextmanager
+def _plain_forwards(model):
+    """The model's own forwards while it is traced: torch.autocast("xla") does not reach inside a JAX function
+    (torchax's autocast does that), and FSDPv2's wrappers mark their outputs' sharding with torch_xla calls, which
+    torchax tensors refuse (the partitioner follows the weights' and the batch's shardings instead)."""
+    swapped = []
+    for module in model.modules():
+        own = vars(module)
+        if "_original_forward" in own and "forward" in own:  # precision.apply_to_model's (Accelerate's) mark
+            swapped.append((module, own["forward"]))
+            module.forward = own["_original_forward"]
+        elif type(module).__name__ == "SpmdFullyShardedDataParallel":
+            swapped.append((module, own.get("forward")))
+            module.forward = _unwrapped(module)
+    try:
+        yield
+    finally:
+        for module, forward in swapped:
+            if forward is None:
+                del module.forward
+            else:
+                module.forward = forward
+
+
+def _unwrapped(wrapper):
+    return lambda *args, **kwargs: wrapper.module(*args, **kwargs)
