@@ -141,13 +141,19 @@ def one_row(row: str, steps: int) -> dict:
             tracing.handed_over()
             devices.discard_traced(device)
         wall = time.perf_counter() - started
+    return figures(tracing, compiled["compilations"], wall, model)
+
+
+def figures(tracing: HostTracing, compilations: int, wall: float, model) -> dict:
+    """What every row returns: its steady steps' medians in ms, each phase's, and what it traced."""
     traced = tracing.seconds_per_step()
+    steady = [step["step"] for step in tracing.steps[2:]]
     return {
         "tracing_ms": traced["step"] * 1e3,
         **{f"{phase}_ms": traced.get(phase, 0.0) * 1e3 for phase in ("forward", "backward", "optimizer", "whole_step")},
-        "steps_timed": traced["steady_steps"], "compilations": compiled["compilations"], "wall_s": wall,
+        "steps_timed": traced["steady_steps"], "compilations": compilations, "wall_s": wall,
         "tensors": len(list(model.parameters())), "layers": model.config.num_hidden_layers,
-        "spread_ms": (max(s["step"] for s in tracing.steps[2:]) - min(s["step"] for s in tracing.steps[2:])) * 1e3,
+        "spread_ms": (max(steady) - min(steady)) * 1e3,
     }
 
 

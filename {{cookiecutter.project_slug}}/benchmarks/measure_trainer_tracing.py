@@ -37,7 +37,7 @@ from {{ cookiecutter.project_slug }}.watch import compilations
 from {{ cookiecutter.project_slug }}.watch.host_tracing import HostTracing
 from {{ cookiecutter.project_slug }}.xla import device as devices
 
-from .measure_host_tracing import BAKED, BATCH, LENGTH, NARROW, _batch, _model
+from .measure_host_tracing import BAKED, BATCH, LENGTH, NARROW, _batch, _model, figures
 {%- if cookiecutter.task == "causal-lm" %}
 from .measure_lm_loops import RUNS_ON_XLA
 
@@ -145,11 +145,4 @@ def trainer_row(steps: int) -> dict:
                 tracing.handed_over()
                 devices.discard_traced(device)  # in place of the loader's mark_step: dropped, never compiled
             wall = time.perf_counter() - started
-    traced = tracing.seconds_per_step()
-    return {
-        "tracing_ms": traced["step"] * 1e3,
-        **{f"{phase}_ms": traced.get(phase, 0.0) * 1e3 for phase in ("forward", "backward", "optimizer", "whole_step")},
-        "steps_timed": traced["steady_steps"], "compilations": compiled["compilations"], "wall_s": wall,
-        "tensors": len(list(model.parameters())), "layers": model.config.num_hidden_layers,
-        "spread_ms": (max(s["step"] for s in tracing.steps[2:]) - min(s["step"] for s in tracing.steps[2:])) * 1e3,
-    }
+    return figures(tracing, compiled["compilations"], wall, model)

@@ -436,6 +436,32 @@ def train_recording_losses(folder, *args, env=None, check=True):
     return report, result, json.loads(record.read_text()) if record.exists() else None
 
 
+def resumed_from_step(uninterrupted: Path, output: Path, step: int, *args) -> subprocess.CompletedProcess:
+    """The run of `args` in `output`, resumed from the step-`step` checkpoint of the run in `uninterrupted`."""
+    import shutil
+
+    from {{ cookiecutter.project_slug }}.fault_tolerance.checkpointing import LATEST
+
+    checkpoints = output / "checkpoints"
+    shutil.copytree(uninterrupted / "checkpoints" / f"step-{step}", checkpoints / f"step-{step}")
+    (checkpoints / LATEST).write_text(f"step-{step}")
+    return run(python_command("--output_dir", str(output), *args, "--resume", "true"))
+
+
+def assert_same_weights_and_optimizer_state(found: Path, expected: Path) -> None:
+    """Two checkpoints hold the same weights and the same optimizer state, bit for bit."""
+    import torch
+
+    for name in ("pytorch_model.bin", "optimizer.bin"):
+        loaded = [torch.load(folder / name, map_location="cpu", weights_only=True) for folder in (found, expected)]
+        if name == "optimizer.bin":
+            loaded = [{(index, key): value for index, state in checkpoint["state"].items()
+                       for key, value in state.items()} for checkpoint in loaded]
+        assert loaded[0].keys() == loaded[1].keys(), name
+        for key, value in loaded[1].items():
+            assert torch.equal(torch.as_tensor(loaded[0][key]), torch.as_tensor(value)), f"{name}: {key} differs"
+
+
 def spmd_env(devices: int, long: bool = False) -> dict:
     """XLA on the CPU with `devices` devices in one process (the fsdp layout's SPMD mesh); `long`: as child_env."""
     return child_env(long=long, PJRT_DEVICE="CPU", CPU_NUM_DEVICES=str(devices))

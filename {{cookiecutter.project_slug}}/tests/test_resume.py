@@ -14,7 +14,6 @@ epoch and its resume, which each task's data-layout project runs on its own batc
 
 import json
 import re
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -24,7 +23,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import METRIC, child_env, python_code, python_command, run, start
+from conftest import (
+    METRIC,
+    assert_same_weights_and_optimizer_state,
+    child_env,
+    python_code,
+    python_command,
+    resumed_from_step,
+    run,
+    start,
+)
 
 from {{ cookiecutter.project_slug }}.fault_tolerance.checkpointing import LATEST, CheckpointProblem, check_writable, read_progress
 from {{ cookiecutter.project_slug }}.fault_tolerance.preemption import PREEMPTED_EXIT
@@ -261,19 +269,12 @@ def test_the_kahan_optimizer_resumes_from_a_step_checkpoint_bit_for_bit(tmp_path
     uninterrupted = tmp_path / "uninterrupted"
     run(python_command("--output_dir", str(uninterrupted), *kahan, "--save_steps", "3", "--keep_checkpoints", "4"))
     output = tmp_path / "resumed"
-    checkpoints = output / "checkpoints"
-    shutil.copytree(uninterrupted / "checkpoints" / "step-3", checkpoints / "step-3")
-    (checkpoints / LATEST).write_text("step-3")
-    result = run(python_command("--output_dir", str(output), *kahan, "--resume", "true"))
+    result = resumed_from_step(uninterrupted, output, 3, *kahan)
     assert "resume: continuing after epoch 0, step 3 of epoch 1" in result.stdout
     final = [folder / "checkpoints" / "epoch-1" for folder in (uninterrupted, output)]
-    assert_same_weights(weights(final[1]), weights(final[0]))
-    optimizers = [torch.load(folder / "optimizer.bin", map_location="cpu", weights_only=True)["state"] for folder in final]
-    assert any("kahan_comp" in state for state in optimizers[0].values())
-    for index, state in optimizers[0].items():
-        assert state.keys() == optimizers[1][index].keys()
-        for name, value in state.items():
-            assert torch.equal(torch.as_tensor(optimizers[1][index][name]), torch.as_tensor(value)), (index, name)
+    optimizer = torch.load(final[0] / "optimizer.bin", map_location="cpu", weights_only=True)["state"]
+    assert any("kahan_comp" in state for state in optimizer.values())
+    assert_same_weights_and_optimizer_state(final[1], final[0])
 
 
 @pytest.mark.xla

@@ -5,14 +5,20 @@ Its equivalence to the lazy step (losses and weights, dropout masks, LoRA, shard
 """
 
 import json
-import shutil
 
 import pytest
 import torch
-from conftest import python_command, quick, run, spmd_env, train
+from conftest import (
+    assert_same_weights_and_optimizer_state,
+    python_command,
+    quick,
+    resumed_from_step,
+    run,
+    spmd_env,
+    train,
+)
 
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
-from {{ cookiecutter.project_slug }}.fault_tolerance.checkpointing import LATEST
 
 # At the bake's precision (bf16 autocast by default), dropout on: as users run it.
 JAX_RUN = ["--demo", "true", "--max_seq_length", "32", "--max_train_examples", "64", "--num_epochs", "1",
@@ -36,20 +42,9 @@ def test_the_jax_step_trains_adds_no_graph_and_resumes_bit_for_bit(tmp_path):
     assert torch.isfinite(torch.tensor([first["eval_loss"], last["eval_loss"]])).all()
 
     output = tmp_path / "resumed"
-    checkpoints = output / "checkpoints"
-    shutil.copytree(uninterrupted / "checkpoints" / "step-3", checkpoints / "step-3")
-    (checkpoints / LATEST).write_text("step-3")
-    result = run(python_command("--output_dir", str(output), *JAX_RUN, "--resume", "true"))
+    result = resumed_from_step(uninterrupted, output, 3, *JAX_RUN)
     assert "resume: continuing after epoch 0, step 3 of epoch 1" in result.stdout
-    final = [folder / "checkpoints" / "epoch-1" for folder in (uninterrupted, output)]
-    weights = [torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True) for folder in final]
-    assert weights[0].keys() == weights[1].keys()
-    for name, value in weights[0].items():
-        assert torch.equal(weights[1][name], value), f"{name}: the resumed run's differs"
-    states = [torch.load(folder / "optimizer.bin", map_location="cpu", weights_only=True)["state"] for folder in final]
-    for index, state in states[0].items():
-        for name, value in state.items():
-            assert torch.equal(torch.as_tensor(states[1][index][name]), torch.as_tensor(value)), (index, name)
+    assert_same_weights_and_optimizer_state(output / "checkpoints" / "epoch-1", uninterrupted / "checkpoints" / "epoch-1")
 
 
 @pytest.mark.xla
