@@ -100,9 +100,11 @@ def elsewhere(item) -> str | None:
     layout = item.get_closest_marker("layout")
     if layout and layout.args[0] != PARALLELISM:
         return f"about the {layout.args[0]} layout"
-    if item.get_closest_marker("machinery"):
-        if TASK != "text-classification":
-            return "machinery the text-classification projects test"
+    machinery = item.get_closest_marker("machinery")
+    if machinery:
+        home = machinery.args[0] if machinery.args else "text-classification"  # machinery("causal-lm"): that task's
+        if TASK != home:
+            return f"machinery the {home} projects test"
         if not layout and PARALLELISM != "data":
             return "machinery the data-layout project tests"
     return None

@@ -2,8 +2,9 @@
 
 Each check runs in a fresh process (torch_xla's runtime and SPMD are chosen once per process). The models are tiny
 transformers models built from their config classes (one layer, 32 wide): a BERT classifier and a Qwen2 language
-model, both in every check, so that the checks run once, in the text-classification project of the data layout
-(`machinery`; the whole runs of both tasks and layouts with --step_function jax are tests/test_step_function.py's).
+model, both in every check, so that the checks run once, in the causal-LM project of the data layout (the
+shortest suite: `machinery("causal-lm")`; the whole runs of both tasks and layouts with --step_function jax are
+tests/test_step_function.py's).
 """
 
 import json
@@ -11,7 +12,7 @@ import json
 import pytest
 from conftest import python_code, run, spmd_env
 
-pytestmark = [pytest.mark.machinery, pytest.mark.slow]
+pytestmark = [pytest.mark.machinery("causal-lm"), pytest.mark.slow]
 
 COMMON = """
 import json, sys
@@ -103,10 +104,19 @@ def relative(a: float, b: float) -> float:
     return abs(a - b) / max(abs(a), 1e-12)
 
 
+_RUNS = {}  # arch -> the lazy and the whole step's runs, once per module (the fsdp test compares with BERT's)
+
+
+def equivalence_run(arch: str) -> dict:
+    if arch not in _RUNS:
+        result = run(python_code(EQUIVALENCE, arch), timeout=600)
+        _RUNS[arch] = json.loads(result.stdout.strip().splitlines()[-1])
+    return _RUNS[arch]
+
+
 @pytest.fixture(scope="module", params=["bert", "qwen2"])
 def equivalence(request):
-    result = run(python_code(EQUIVALENCE, request.param), timeout=600)
-    return request.param, json.loads(result.stdout.strip().splitlines()[-1])
+    return request.param, equivalence_run(request.param)
 
 
 @pytest.mark.xla
@@ -284,13 +294,11 @@ print(json.dumps({**found, "before": before, "after": specs(model.parameters()),
 
 
 @pytest.mark.xla
-def test_fsdp_v2_keeps_every_sharding_and_trains_as_one_device(equivalence):
+def test_fsdp_v2_keeps_every_sharding_and_trains_as_one_device():
     """FSDPv2 (the fsdp layout's wrapping) on 4 SPMD CPU devices: every weight sharded before the step keeps its
     sharding after ten steps, AdamW's moments are sharded as their weights, and the losses and norms are one
     device's (the BERT run of the equivalence fixture: same init, batches and schedule) within 1e-6 relative."""
-    arch, one_device = equivalence
-    if arch != "bert":
-        pytest.skip("compared with the one-device BERT run")
+    one_device = equivalence_run("bert")
     found = json.loads(run(python_code(FSDP), env=spmd_env(4), timeout=600).stdout.strip().splitlines()[-1])
     assert sum("devices=[4" in spec for spec in found["before"]) >= len(found["before"]) // 2, found["before"]
     assert found["after"] == found["before"] == found["exp_avg"] == found["exp_avg_sq"]

@@ -50,6 +50,7 @@ def test_the_jax_step_trains_adds_no_graph_and_resumes_bit_for_bit(tmp_path):
 @pytest.mark.xla
 @pytest.mark.slow
 @pytest.mark.layout("fsdp")
+@pytest.mark.machinery  # the same sharding for both tasks' models (test_jax_step.py compares BERT's with one device)
 def test_the_jax_step_under_fsdp_keeps_the_shards_and_adds_no_graph(tmp_path):
     report, _ = train(tmp_path, *quick("--parallelism", "fsdp", "--train_batch_size", "4"), "--step_function", "jax",
                       env=spmd_env(4))
