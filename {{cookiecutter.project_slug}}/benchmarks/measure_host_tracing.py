@@ -33,7 +33,7 @@ from {{ cookiecutter.project_slug }}.loop.adamw import AdamW
 from {{ cookiecutter.project_slug }}.loop.step import train_step
 from {{ cookiecutter.project_slug }}.models.modeling import make_graph_friendly
 from {{ cookiecutter.project_slug }}.watch import compilations, flops
-from {{ cookiecutter.project_slug }}.watch.host_tracing import HostTracing
+from {{ cookiecutter.project_slug }}.watch.host_tracing import FIRST_STEPS_LEFT_OUT, HostTracing
 from {{ cookiecutter.project_slug }}.xla import device as devices
 
 from .profiles import Profile
@@ -97,6 +97,14 @@ def _plain_step(model, optimizer, batch, tracing: HostTracing):
     tracing.lap("optimizer")
 
 
+def torch_adamw_state_now(optimizer, model) -> None:
+    """torch's AdamW state for every weight, as device data now: torch makes it inside the first step, which would
+    then be a graph of its own."""
+    for parameter in model.parameters():
+        optimizer.state[parameter] = {"step": torch.tensor(0.0), "exp_avg": devices.zeros_like(parameter),
+                                      "exp_avg_sq": devices.zeros_like(parameter)}
+
+
 class _Accelerator:
     """The one thing train_step asks of Accelerate on one device without accumulation: the backward pass."""
 
@@ -119,9 +127,7 @@ def one_row(row: str, steps: int) -> dict:
     tracing, whole = HostTracing(), None
     if row == "plain":
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
-        for parameter in model.parameters():  # its state as device data now (torch's makes it in the first step)
-            optimizer.state[parameter] = {"step": torch.tensor(0.0), "exp_avg": devices.zeros_like(parameter),
-                                          "exp_avg_sq": devices.zeros_like(parameter)}
+        torch_adamw_state_now(optimizer, model)
     else:
         optimizer = AdamW(model.parameters(), lr=1e-4)
         optimizer.create_state()
@@ -147,7 +153,7 @@ def one_row(row: str, steps: int) -> dict:
 def figures(tracing: HostTracing, compilations: int, wall: float, model) -> dict:
     """What every row returns: its steady steps' medians in ms, each phase's, and what it traced."""
     traced = tracing.seconds_per_step()
-    steady = [step["step"] for step in tracing.steps[2:]]
+    steady = [step["step"] for step in tracing.steps[FIRST_STEPS_LEFT_OUT:]]
     return {
         "tracing_ms": traced["step"] * 1e3,
         **{f"{phase}_ms": traced.get(phase, 0.0) * 1e3 for phase in ("forward", "backward", "optimizer", "whole_step")},

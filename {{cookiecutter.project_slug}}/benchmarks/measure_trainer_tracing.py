@@ -37,7 +37,7 @@ from {{ cookiecutter.project_slug }}.watch import compilations
 from {{ cookiecutter.project_slug }}.watch.host_tracing import HostTracing
 from {{ cookiecutter.project_slug }}.xla import device as devices
 
-from .measure_host_tracing import BAKED, BATCH, LENGTH, NARROW, _batch, _model, figures
+from .measure_host_tracing import BAKED, BATCH, LENGTH, NARROW, _batch, _model, figures, torch_adamw_state_now
 {%- if cookiecutter.task == "causal-lm" %}
 from .measure_lm_loops import RUNS_ON_XLA
 
@@ -127,9 +127,7 @@ def trainer_row(steps: int) -> dict:
         trainer = _trainer(model, output_dir)
         # _prepare_for_training's order: the optimizer, accelerator.prepare, then the scheduler on the wrapped one.
         trainer.create_optimizer()
-        for parameter in model.parameters():  # torch's AdamW state as device data now (it makes it in the 1st step)
-            trainer.optimizer.state[parameter] = {"step": torch.tensor(0.0), "exp_avg": devices.zeros_like(parameter),
-                                                  "exp_avg_sq": devices.zeros_like(parameter)}
+        torch_adamw_state_now(trainer.optimizer, model)
         model, trainer.optimizer = trainer.accelerator.prepare(trainer.model, trainer.optimizer)
         trainer.create_scheduler(num_training_steps=steps)
         for attr in ("model", "optimizer", "lr_scheduler"):

@@ -44,10 +44,7 @@ def run_report(accelerator, layout, prepared, run, config, precision_report, wat
                         "global": prepared.global_batch},
         **run.speeds(),
         "steady_step_seconds": watch.steady_step_seconds() if watch else None,
-        # The host's share of the step: on a TPU the chip waits while the host traces (watch/host_tracing.py).
         "host_tracing_seconds_per_step": run.tracing.seconds_per_step(),
-        "host_share_of_step": run.tracing.host_share(
-            device_kind(accelerator.device), watch.steady_step_seconds() if watch else None),
         "step_function": config.step_function,
         # Host-side floats: the scheduler lives on the host, reading it costs no device transfer.
         "learning_rate": {
@@ -74,6 +71,8 @@ def run_report(accelerator, layout, prepared, run, config, precision_report, wat
         **lora.parameter_counts(layout.plain_model(accelerator)),
         "optimizer_state_bytes_per_device": report["layout"]["optimizer_bytes_per_device"],
     }
+    # The host's share of the step: on a TPU the chip waits while the host traces (watch/host_tracing.py).
+    report["host_share_of_step"] = run.tracing.host_share(report["device"], report["steady_step_seconds"])
     report["config"].update(used_instead(demo, prepared.data.source, report["model"]))
     report["lora"] = lora.report(config, layout.plain_model(accelerator))
     # Positions per example: one length only with fixed padding (blocks of it, for a language model).
