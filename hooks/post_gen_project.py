@@ -25,8 +25,9 @@ TASK_FILES = {
     ),
     "causal-lm": (
         f"{ANSWERS['project_slug']}/tasks/causal_lm.py", f"{ANSWERS['project_slug']}/tasks/samples.py",
-        "tests/test_causal_lm.py", "benchmarks/test_packing.py",
+        "tests/test_causal_lm.py", "benchmarks/test_packing.py", f"{ANSWERS['project_slug']}/data/packing.py",
         f"{ANSWERS['project_slug']}/tasks/instructions.py", "tests/test_instructions.py", "tests/chatml_template.jinja",
+        f"{ANSWERS['project_slug']}/data/streaming.py", "tests/test_streaming.py",
         "data/demo-lm",
         # The loop against TRL's SFTTrainer (trl: a benchmark dependency of the causal-LM bake only).
         "benchmarks/measure_lm_loops.py", "benchmarks/test_lm_loops.py",

@@ -1,6 +1,7 @@
 """pytest wiring for the benchmarks: the profile switch, the forked measurements, the reports.
 
-Options (or variables): --bench-profile quick|full (BENCH_PROFILE; quick by default) and
+Options (or variables): --bench-profile quick|full|data (BENCH_PROFILE; quick by default; data runs the "data at
+size" group alone, at every size) and
 --bench-results FOLDER (BENCH_RESULTS; benchmark-results/ by default). The option is not
 called --profile because pytest-profiling already owns that name.
 
@@ -22,6 +23,7 @@ from .records import Record
 RECORDS = pytest.StashKey[list]()
 WRITTEN = pytest.StashKey[dict]()
 RESULTS_VARIABLE = "BENCH_RESULTS"
+DATA_AT_SIZE = "test_data_at_size.py"  # the one module the data profile runs
 
 # Forked children must not inherit a tokenizer thread pool, and nothing here downloads.
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -30,8 +32,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def pytest_addoption(parser):
     group = parser.getgroup("benchmarks", "the project's reference benchmarks")
-    group.addoption("--bench-profile", choices=("quick", "full"), default=None,
-                    help=f"quick (default, CI) or full (a TPU host); also ${profiles.PROFILE_VARIABLE}")
+    group.addoption("--bench-profile", choices=("quick", "full", "data"), default=None,
+                    help=f"quick (default, CI), full (a TPU host) or data (the data-at-size group alone, every size); "
+                         f"also ${profiles.PROFILE_VARIABLE}")
     group.addoption("--bench-results", default=None,
                     help=f"folder for results.md and results.png (default benchmark-results/; also ${RESULTS_VARIABLE})")
 
@@ -42,6 +45,14 @@ def pytest_configure(config):
     saved = config.getoption("benchmark_json", None)
     if saved:
         Path(saved).parent.mkdir(parents=True, exist_ok=True)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The data profile collects test_data_at_size.py alone (the other groups have no data-profile sizes)."""
+    benchmark_module = collection_path.parent == Path(__file__).parent and collection_path.match("test_*.py")
+    if benchmark_module and collection_path.name != DATA_AT_SIZE:
+        return profiles.choose(config.getoption("--bench-profile")).name == "data" or None
+    return None
 
 
 @pytest.fixture(scope="session")

@@ -1,11 +1,12 @@
-"""The two sizes of the suite: `quick` (CI, a few minutes on two CPU cores) and `full` (a TPU host).
+"""The suite's sizes: `quick` (CI, a few minutes on two CPU cores), `full` (a TPU host) and `data` (large corpora).
 
 Chosen by `--bench-profile` or the BENCH_PROFILE variable. The quick profile keeps every
-question the suite asks but shrinks the models, the step counts and the grid.
+question the suite asks but shrinks the models, the step counts and the grid. The data profile runs the
+"data at size" group alone (test_data_at_size.py), at every corpus size with every row: minutes of host work.
 """
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from {{ cookiecutter.project_slug }}.config import TrainConfig
 
@@ -52,6 +53,10 @@ class Profile:
     finetune_seq_length: int
     # Added to XLA_FLAGS for every measurement on the XLA CPU device (conftest.py, before any child starts).
     cpu_xla_flags: str
+    # The "data at size" group (measure_data_at_size.py): its corpus sizes, and whether it runs every row or the few
+    # that keep the quick profile's group within 30 s on two cores.
+    data_sizes: tuple[str, ...] = ("1MB",)
+    data_all_rows: bool = False
 
     def precision_cases(self, modes) -> list[tuple[str, str]]:
         """(model, mode) pairs, fp32 first for each model: the other modes measure their drift from it."""
@@ -69,7 +74,7 @@ class Profile:
 
 def _profiles() -> dict[str, Profile]:
     baked = TrainConfig()
-    return {
+    chosen = {
         "quick": Profile(
             name="quick", precision_models=("demo", "mid"), larger_model_modes=("fp32", "model-cast"), batch_size=8,
             max_seq_length=64, warmup_steps=3, timed_steps=5, full_grid=False, eval_rounds=3, grid_train_steps=4,
@@ -91,9 +96,12 @@ def _profiles() -> dict[str, Profile]:
             grid_train_steps=5, compare_epochs=3, compare_train_examples=472, steady_rounds=5,
             pretrain_epochs=3, pretrain_train_examples=None, finetune_epochs=2, finetune_train_examples=None,
             finetune_batch_size=baked.per_chip_train_batch(False, 1), finetune_seq_length=baked.max_seq_length,
-            cpu_xla_flags="",
+            cpu_xla_flags="", data_all_rows=True,
         ),
     }
+    # Only test_data_at_size.py runs in it (conftest.py): the other groups' settings are quick's.
+    chosen["data"] = replace(chosen["quick"], name="data", data_sizes=("1MB", "50MB", "200MB"), data_all_rows=True)
+    return chosen
 
 
 def choose(option: str | None) -> Profile:

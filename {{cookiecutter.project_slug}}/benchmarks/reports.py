@@ -169,6 +169,20 @@ VIEWS = {
         ("cache_hits", "cache_misses", "cache_read_failures", "cold_cache_misses"),
         "PyTorch/XLA's persistent compilation cache read back by a second run of the default evaluation.",
     ),
+    "data at size": View(
+        ("seconds", "tokens_per_second", "peak_uss_bytes", "second_run_seconds", "seconds_vs_example_pipeline",
+         "second_run_vs_first", "peak_uss_vs_smallest_size"),
+        "A real corpus made at run time (this environment's Python sources: whole files as JSON lines for a causal LM, "
+        "labelled 500-character snippets as CSV for a classifier) of 1 MB (the quick profile) and 50 and 200 MB "
+        "(`--bench-profile data`), prepared with a 32000-token byte-level BPE, 2 workers and 128-token rows: the "
+        "project's load_examples (then again in a new process on the same datasets cache: second_run_seconds), "
+        "transformers' example script's preparation (run_clm.py's or run_glue.py's) and, for a causal LM, TRL's "
+        "pack_dataset (its default bfd strategy cuts every text at 128 tokens and drops the rest) and the project's "
+        "streaming (one pass over the stream). Seconds inside each row's own process, the prepared train set's real "
+        "tokens per second, the peak Uss summed over the process and its datasets workers (the memory only they "
+        "hold), and ratios to the example pipeline's seconds, to the first run's, and to the same row's peak at the "
+        "smallest size.",
+    ),
 }
 
 

@@ -12,7 +12,8 @@ from transformers import AutoTokenizer
 
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
 from {{ cookiecutter.project_slug }}.data.sources import DEMO_FILES, load_text_data
-from {{ cookiecutter.project_slug }}.tasks.causal_lm import IGNORED, build_model, load_examples, pack
+from {{ cookiecutter.project_slug }}.tasks.causal_lm import IGNORED, build_model, load_examples, pack_examples
+from {{ cookiecutter.project_slug }}.tasks.instructions import text_examples
 from {{ cookiecutter.project_slug }}.tasks.samples import continue_greedily
 
 LENGTH = 64
@@ -54,10 +55,11 @@ def test_packing_joins_texts_with_eos():
         def __call__(self, texts, add_special_tokens):
             return {"input_ids": [[int(word) for word in text.split()] for text in texts]}
 
-    blocks = pack(["1 2 3", "4 5", "6"], Words(), 4, keep_last=True)
+    examples = text_examples(["1 2 3", "4 5", "6"], Words())
+    blocks = pack_examples(examples, 4, Words.pad_token_id, train=False)
     assert blocks["input_ids"] == [[1, 2, 3, 9], [4, 5, 9, 6], [9, 0, 0, 0]]
     assert blocks["labels"][-1] == [9, IGNORED, IGNORED, IGNORED]
-    assert len(pack(["1 2 3", "4 5", "6"], Words(), 4, keep_last=False)) == 2
+    assert len(pack_examples(examples, 4, Words.pad_token_id, train=True)) == 2
 
 
 def untrained_perplexity(max_seq_length: int) -> float:

@@ -9,6 +9,7 @@ import re
 import pytest
 from conftest import child_env, python_command, run
 
+from {{ cookiecutter.project_slug }}.data import sources
 from {{ cookiecutter.project_slug }}.data.sources import DEMO_FILES, DataProblem, check_file
 from {{ cookiecutter.project_slug }}.tasks.text_classification import label_checks
 
@@ -81,6 +82,21 @@ def test_bad_file_is_refused_with_file_line_and_problem(tmp_path, name):
     with pytest.raises(DataProblem) as refused:
         check_file(path, COLUMNS, LABELS)
     assert str(refused.value).startswith(message), str(refused.value)
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("deep.csv", 'text,label\na,1\n\n"two\nlines",0\nb,1\nc,0\nNA,1\n', "line 8: column 'text' has no text to train on: a missing"),
+    ("mixed.jsonl", '{"text": "a"}\n{"text": "b"}\n{"text": "c"}\n{"text": 7}\n', "line 4: column 'text' has no text to train on: 7, not text"),
+])
+def test_loaded_columns_are_checked_in_batches_and_a_late_row_names_its_line(tmp_path, monkeypatch, name, content, message):
+    """No list of lines is kept: a row past the first batch, after a blank line and a quoted line break, is found
+    again in the file. (Mixed JSON types load as JSON text, checked as the decoded values.)"""
+    monkeypatch.setattr(sources, "CHECK_BATCH", 2)
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(DataProblem) as refused:
+        check_file(path, COLUMNS)
+    assert str(refused.value).startswith(f"{path} {message}"), str(refused.value)
 
 
 def test_good_files_are_counted(tmp_path):

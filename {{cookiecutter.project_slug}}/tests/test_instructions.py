@@ -6,13 +6,16 @@ project: the packing does not depend on the layout).
 
 import json
 import math
+import shutil
 
 import pytest
 from conftest import PROJECT, evaluate_on_cpu, quick, train
 
 from {{ cookiecutter.project_slug }}.config import TrainConfig
-from {{ cookiecutter.project_slug }}.data.sources import DataProblem, load_text_data
+from {{ cookiecutter.project_slug }}.data import packing, preparation
+from {{ cookiecutter.project_slug }}.data.sources import DEMO_FILES, DataProblem, load_text_data
 from {{ cookiecutter.project_slug }}.data.tokenizer import load_tokenizer
+from {{ cookiecutter.project_slug }}.tasks import instructions
 from {{ cookiecutter.project_slug }}.tasks.causal_lm import IGNORED, build_model, load_examples, pack_examples
 from {{ cookiecutter.project_slug }}.tasks.instructions import prompt_completion_examples
 
@@ -70,6 +73,42 @@ def test_training_drops_the_short_last_block_and_blocks_with_nothing_to_score():
     training = pack_examples(examples, 4, PAD, train=True)
     assert training["input_ids"] == [evaluation["input_ids"][index] for index in (0, 3)]
     assert training["labels"] == [evaluation["labels"][index] for index in (0, 3)]
+
+
+def reference_blocks(examples, length: int, pad_id: int, train: bool) -> dict:
+    """The blocks as the project cut them before datasets prepared them: every token joined in Python lists."""
+    ids = [token for row, _ in examples for token in row]
+    labels = [label for _, row in examples for label in row]
+    blocks = [(ids[start:start + length], labels[start:start + length]) for start in range(0, len(ids), length)]
+    if train:
+        blocks = [block for block in blocks if len(block[0]) == length and set(block[1][1:]) != {IGNORED}]
+    return {"input_ids": [row + [pad_id] * (length - len(row)) for row, _ in blocks],
+            "attention_mask": [[1] * len(row) + [0] * (length - len(row)) for row, _ in blocks],
+            "labels": [row + [IGNORED] * (length - len(row)) for _, row in blocks]}
+
+
+@pytest.mark.parametrize(("files", "length"), [("demo", 16), ("instructions", 8), ("chat", 16)])
+def test_prepared_blocks_are_exactly_the_joined_lists_cut_in_workers_and_then_read_from_the_cache(
+    tmp_path, monkeypatch, files, length
+):
+    """datasets' map in 2 workers, a batch of 7 blocks at a time (blocks straddle batches and workers): the blocks
+    of a split joined in Python lists, bit for bit. Run again on the same files, all of it comes from the cache."""
+    monkeypatch.setattr(preparation, "ROWS_PER_WORKER", 10)
+    monkeypatch.setattr(packing, "BLOCKS_PER_BATCH", 7)
+    chat = tmp_path / "chat.jsonl"
+    write_jsonl(chat, CHAT * 20)
+    paths = {"demo": (DEMO_FILES["train"], DEMO_FILES["eval"]), "instructions": (TRAIN_FILE, EVAL_FILE),
+             "chat": (chat, chat)}[files]
+    # Copies: files of their own, which no earlier run prepared (datasets keys its cache by the files' path and time).
+    paths = [shutil.copy(path, tmp_path / f"{index}{path.suffix}") for index, path in enumerate(paths)]
+    config = files_config(*paths, max_seq_length=length, preprocessing_num_workers=2)
+    (data, tokenizer, *blocks), _, cached = preparation.timed(lambda: load_examples(config, demo=True))
+    assert cached is False
+    for split, prepared in zip(("train", "eval"), blocks, strict=True):
+        examples = instructions.examples(getattr(data, split), data.format, data.text_column, tokenizer, split)
+        assert prepared.to_dict() == reference_blocks(examples, length, tokenizer.pad_token_id, train=split == "train")
+    (_, _, *again), _, cached = preparation.timed(lambda: load_examples(config, demo=True))
+    assert cached is True and [split.to_dict() for split in again] == [split.to_dict() for split in blocks]
 
 
 @pytest.fixture(scope="module")

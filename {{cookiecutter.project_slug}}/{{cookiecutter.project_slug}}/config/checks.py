@@ -23,8 +23,14 @@ def check(config) -> None:
 {%- if cookiecutter.task == "causal-lm" %}
     if not _whole(config.samples, least=0):
         raise ConfigError(f"samples={config.samples!r}: must be 0 or a positive whole number")
+    if config.streaming and config.max_steps is None:
+        raise ConfigError("max_steps: streaming=True needs it (a stream has no length): give --max_steps")
+    if config.streaming and config.padding != "fixed":
+        raise ConfigError(f"padding={config.padding!r}: streaming=True packs blocks as it reads; use padding=fixed")
+    if config.streaming and config.max_train_examples is not None:
+        raise ConfigError("max_train_examples: a stream has no count of examples; with streaming=True, max_steps ends the run")
 {%- endif %}
-    for name in ("save_steps", "keep_checkpoints", "max_steps", "eval_steps"):
+    for name in ("save_steps", "keep_checkpoints", "max_steps", "eval_steps", "preprocessing_num_workers"):
         value = getattr(config, name)
         if value is not None and not _whole(value, least=1):
             raise ConfigError(f"{name}={value!r}: must be a positive whole number")

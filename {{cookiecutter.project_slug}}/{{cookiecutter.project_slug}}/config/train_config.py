@@ -148,6 +148,8 @@ class TrainConfig:
         "compilation; the report's compilation_cache says what it did."
     )
     max_train_examples: int | None = field(default=None, metadata={"help": "Use only this many training examples."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes that tokenize{{ ' and pack' if cookiecutter.task == 'causal-lm' else '' }} "
+        "the data (datasets' map), once: the next run reads the cache (HF_DATASETS_CACHE). Default: the host's cores, at most 8."})
     watch_compilations: bool = switch(
         True, "Watch every XLA compilation: list the graphs in the report and explain each recompilation."
     )
@@ -184,11 +186,10 @@ class TrainConfig:
         "(a plain model: from_pretrained loads it without peft)."
     )
 {%- if cookiecutter.task == "causal-lm" %}
-    samples: int = field(
-        default=2,
-        metadata={"help": "After the export, print this many greedy continuations of eval prompts, generated on the "
-                          "host's CPU from the exported model (nothing compiled on the device). 0: none."},
-    )
+    samples: int = field(default=2, metadata={"help": "After the export, print this many greedy continuations of eval "
+        "prompts, generated on the host's CPU from the exported model (nothing compiled on the device). 0: none."})
+    streaming: bool = switch(False, "Read the train split as a stream while training (datasets' streaming: data larger "
+        "than the disk, never downloaded whole); needs max_steps, the run's one epoch.")
 {%- endif %}
     max_recompilations: int | None = field(
         default=None,

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import datasets
+import pyarrow as pa
+import pyarrow.compute as pc
 
 
 class DataProblem(ValueError):
@@ -74,6 +76,26 @@ def messages_problem(row: dict) -> str | None:
         roles = ", ".join(dict.fromkeys(message["role"] for message in messages))
         return f"column 'messages': no 'assistant' turn to train on (roles: {roles})"
     return None
+
+
+def first_without_text(rows: datasets.Dataset, column: str, start: int, count: int) -> tuple[int, str] | None:
+    """The first of `count` rows from `start` with no text to train on in `column` (its index), and what it holds."""
+    values = rows.with_format("arrow", columns=[column])[start:start + count][column]
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        # Missing, empty or only white space, computed in Arrow without a Python string per row;
+        # utf8_is_space's white space is exactly str.strip's (checked over every code point).
+        bad = pc.fill_null(pc.or_(pc.equal(pc.binary_length(values), 0), pc.utf8_is_space(values)), True)
+        index = pc.index(bad, True).as_py()
+        value = values[index].as_py() if index >= 0 else None
+    else:  # numbers, or JSON values of mixed types (stored as JSON text): the Python values training would read
+        values = rows[start:start + count][column]
+        index = next((i for i, value in enumerate(values) if not (isinstance(value, str) and value.strip())), -1)
+        value = values[index]
+    if index < 0:
+        return None
+    if value is None:
+        return start + index, "a missing value (the loader reads NA, null, None, NaN and empty cells as missing)"
+    return start + index, "only white space" if isinstance(value, str) else f"{value!r}, not text"
 
 
 def main_column(data_format: str, text_column: str | None) -> str:

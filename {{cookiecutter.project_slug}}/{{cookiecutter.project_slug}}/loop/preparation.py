@@ -14,6 +14,7 @@ import torch
 
 from ..config import DEMO_GLOBAL_BATCH, ConfigError, TrainConfig
 from ..data import batching
+from ..data.preparation import timed
 from ..launch.processes import main_process_first
 from ..models import lora
 from ..models.modeling import check_positions, make_graph_friendly
@@ -41,6 +42,7 @@ class Prepared:
     optimizer_steps: int  # of the whole run
     clip: Callable | None  # clips the gradients in the step (the layout's clip at --max_grad_norm); None: no clipping
     whole_step: Callable | None = None  # --step_function jax: the step as one JAX function (xla/jax_step.py)
+    data_preparation: dict | None = None  # this process's seconds preparing the examples, and whether all were cached
 
     @property
     def epochs(self) -> int:
@@ -55,11 +57,13 @@ class Prepared:
 
 def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precision_report, say) -> Prepared:
     """Load the task's examples, build the model unless one was passed in, and hand everything to the layout."""
-    with main_process_first(accelerator):
-        data, tokenizer, train_examples, eval_examples = task.load_examples(config, demo)
+    with main_process_first(accelerator):  # the others read what the main process prepared (data/preparation.py)
+        examples, seconds, cached = timed(lambda: task.load_examples(config, demo))
+    data, tokenizer, train_examples, eval_examples = examples
     if model is None:
         model = task.build_model(config, demo, vocab_size=len(tokenizer))
     say(f"data: {data.source}, {data.format}: {task.loss_covers(data.format)}")
+    say(f"data: prepared in {seconds:.1f} s" + (" (read from the cache)" if cached else ""))
     check_positions(model, config.max_seq_length)  # before anything compiles: XLA clamps a read past the table
     model = lora.add_adapters(make_graph_friendly(model), config)  # unchanged without lora_r
     learning_rate = config.resolved_learning_rate(demo)
@@ -84,7 +88,14 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
     # A loader batch is one optimizer step's micro-batches for one chip (data) or all of a host's chips (fsdp): the
     # step splits it (data/batching.py), so the sampler, resuming and the schedule count optimizer steps.
     per_loader = layout.devices_per_process()
-    train_loader = batching.train_loader(train_examples, collator, batch_size * per_loader * accumulation, config.seed)
+    streaming = getattr(config, "streaming", False)  # a causal LM's option (data/streaming.py)
+    if streaming:  # this process's (data) or host's (fsdp) own part of the stream, never re-sharded by Accelerate
+        from ..data.streaming import StreamLoader
+
+        train_loader = StreamLoader(train_examples, collator, batch_size * per_loader * accumulation, config.max_steps,
+                                    *layout.stream_reader(accelerator))
+    else:
+        train_loader = batching.train_loader(train_examples, collator, batch_size * per_loader * accumulation, config.seed)
     eval_loader = batching.eval_loader(
         eval_examples, collator, config.eval_batch_size * per_loader, layout.loader_shards(accelerator)
     )
@@ -93,7 +104,7 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
         config.optim, lora.trainable_parameters(model), learning_rate, config.weight_decay,
         precision_report.kahan_summation,
     )
-    steps_per_epoch = len(train_examples) // global_batch
+    steps_per_epoch = config.max_steps if streaming else len(train_examples) // global_batch  # streaming: one epoch
     if steps_per_epoch == 0:
         times = f" x gradient_accumulation_steps={accumulation}" if accumulation > 1 else ""
         raise ConfigError(
@@ -123,7 +134,7 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
     return Prepared(
         model, optimizer, scheduler, train_loader, eval_loader, tokenizer, data, train_examples, collator,
         steps_per_epoch, batch_size, replicas, accumulation, optimizer_steps, clip,
-        whole_step(accelerator, layout, optimizer, config, precision_report),
+        whole_step(accelerator, layout, optimizer, config, precision_report), {"seconds": seconds, "from_cache": cached},
     )
 
 

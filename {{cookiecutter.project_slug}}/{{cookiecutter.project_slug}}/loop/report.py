@@ -39,7 +39,8 @@ def run_report(accelerator, layout, prepared, run, config, precision_report, wat
         "process_compilations_after_each_epoch": run.compiled_by_epoch,
         "recompilations": watch.recompilations if watch else None,
         "graphs": watch.report() if watch else None,
-        "train_examples": len(prepared.train_examples),
+        # A stream (--streaming) has no length.
+        "train_examples": "streaming" if getattr(config, "streaming", False) else len(prepared.train_examples),
         "train_batch": {"per_chip": prepared.train_batch_size, "accumulation_steps": prepared.accumulation,
                         "global": prepared.global_batch},
         **run.speeds(),
@@ -56,6 +57,9 @@ def run_report(accelerator, layout, prepared, run, config, precision_report, wat
         "evaluations": run.evaluations,
         "precision": precision_report.as_dict(),
         "data": prepared.data.source,
+        # The main process's (the others read its cache): tokenizing and packing, or reading them from the cache.
+        "data_preparation_seconds": prepared.data_preparation["seconds"],
+        "data_from_cache": prepared.data_preparation["from_cache"],
         "data_format": {"format": prepared.data.format, "loss": task.loss_covers(prepared.data.format)},
         **checkpoints.report(),
         "task": task.NAME,

@@ -19,7 +19,7 @@ class DataParallel:
 
     def __init__(self, config):
         self.config = config
-        self.model = None
+        self.model = self.stream = None
 
     def start(self) -> None:
         """Nothing to set before the runtime starts: Accelerate's launchers start one process per chip."""
@@ -42,6 +42,10 @@ class DataParallel:
         """Processes that each load their own part of an evaluation round."""
         return accelerator.num_processes
 
+    def stream_reader(self, accelerator) -> tuple[int, int]:
+        """--streaming: each process reads its own part of the stream (data/streaming.py)."""
+        return accelerator.process_index, accelerator.num_processes
+
     def scheduler_calls_per_step(self, accelerator) -> int:
         # Accelerate's prepared scheduler steps the one it wraps num_processes times per optimizer step
         # (split_batches=False), so the schedule is sized in per-process batches.
@@ -56,9 +60,16 @@ class DataParallel:
         return accelerator.clip_grad_norm_(model.parameters(), max_norm)
 
     def prepare(self, accelerator, model, optimizer, train_loader, eval_loader, scheduler):
-        prepared = accelerator.prepare(model, optimizer, train_loader, eval_loader, scheduler)
+        if getattr(train_loader, "streams", False):
+            # A stream is this process's own already (data/streaming.py): Accelerate would dispatch it from the main
+            # process. Its batches go to the device in train_batches.
+            self.stream = train_loader
+            prepared = list(accelerator.prepare(model, optimizer, eval_loader, scheduler))
+            prepared.insert(2, train_loader)
+        else:
+            prepared = accelerator.prepare(model, optimizer, train_loader, eval_loader, scheduler)
         for loader, original in zip(prepared[2:4], (train_loader, eval_loader), strict=True):
-            if not hasattr(loader, "dataset"):
+            if not hasattr(loader, "dataset") and hasattr(original, "dataset"):
                 # Accelerate's XLA loader wrapper lacks `.dataset`, which its own save_state reads.
                 loader.dataset = original.dataset
         self.model = prepared[0]
@@ -67,6 +78,8 @@ class DataParallel:
         return prepared
 
     def train_batches(self, accelerator, train_loader, epoch: int, skip: int):
+        if self.stream is not None:  # resumed at its checkpoint's position (load_state), nothing to skip
+            return self.stream.consumed(_on_device(self.stream, accelerator.device))
         # Through Accelerate's loader, not the sampler: on every pass it re-applies its own epoch counter
         # to the sampler, and that counter restarts at 0 in a resumed run.
         train_loader.set_epoch(epoch)
@@ -87,6 +100,8 @@ class DataParallel:
         """
         # Pickled weights, not safetensors: safetensors' loader reads storage pointers, which
         # XLA tensors do not have, so `load_state` of a model.safetensors fails on XLA.
+        if self.stream is not None:  # each process its own position in its stream, as JSON
+            self.stream.save(folder, accelerator.process_index)
         if not uses_xla(accelerator.device):
             accelerator.save_state(str(folder), safe_serialization=False)
             return
@@ -99,6 +114,8 @@ class DataParallel:
         torch.save(states, states_file)
 
     def load_state(self, accelerator, folder: Path) -> None:
+        if self.stream is not None:
+            self.stream.restore(folder, accelerator.process_index)
         if self.config.lora_r is None:
             accelerator.load_state(str(folder))
             return
@@ -106,7 +123,7 @@ class DataParallel:
         accelerator.load_state(str(folder), strict=False)
 
     def release(self) -> None:
-        self.model = None
+        self.model = self.stream = None
 
     def host_state_dict(self, accelerator, scratch: Path) -> dict:
         """The weights as plain CPU tensors under the model's own names (every process holds them all: no `scratch`)."""
@@ -133,6 +150,17 @@ class DataParallel:
             "optimizer_bytes_by_device": [state] * accelerator.num_processes,
             "bytes_from": "elements of the replica (every device holds all of it)",
         }
+
+
+def _on_device(loader, device):
+    """The loader's batches on `device` as Accelerate moves a prepared loader's: its XLA device loader (prefetching)."""
+    if uses_xla(device):
+        from accelerate.data_loader import MpDeviceLoaderWrapper
+
+        return MpDeviceLoaderWrapper(loader, device)
+    from accelerate.utils import send_to_device
+
+    return (send_to_device(batch, device) for batch in loader)
 
 
 def _trained_weights_only(models, weights, output_dir) -> None:

@@ -21,8 +21,10 @@ from torch.utils.data import DataLoader
 from transformers import AutoModelForCausalLM, DataCollatorForSeq2Seq, LlamaConfig, LlamaForCausalLM
 
 from ..config import ATTENTION, PADDING_MODES, TrainConfig
+from ..data import packing, preparation, streaming
 from ..data.formats import MESSAGES, PROMPT_COMPLETION, TEXT
 from ..data.hub import from_hub_or_folder
+from ..data.packing import labels_of
 from ..data.sources import load_text_data
 from ..data.tokenizer import load_tokenizer
 from ..precision.fixed_point import finite_to_fixed, from_fixed
@@ -40,26 +42,28 @@ COUNTS = ("blocks", "tokens", "loss", "non_finite")
 AUTO_MODEL = AutoModelForCausalLM  # what loads an exported model (outputs/model)
 
 
-def pack(texts, tokenizer, length: int, keep_last: bool) -> datasets.Dataset:
-    """Plain texts packed (see pack_examples): keep_last for evaluation, whole blocks only for training."""
-    examples = instructions.text_examples(texts, tokenizer)
-    return pack_examples(examples, length, tokenizer.pad_token_id, train=not keep_last)
+ROWS_PER_BATCH = 100  # examples one tokenizing call (and one write to the cache) holds in Python
+TOKENIZED = datasets.Features({name: datasets.Sequence(datasets.Value("int32")) for name in ("input_ids", "labels")})
+TEXT_TOKENIZED = datasets.Features({"input_ids": TOKENIZED["input_ids"]})  # plain text: its labels are its ids
+
+
+def tokenized(split, data, tokenizer, name: str, workers: int | None) -> datasets.Dataset:
+    """Each example's (input_ids, labels) (tasks/instructions.py), by datasets' batched map: cached, in workers."""
+    return split.map(
+        instructions.encode, batched=True, with_indices=True, remove_columns=split.column_names,
+        features=TEXT_TOKENIZED if data.format == TEXT else TOKENIZED,
+        # A row may be a whole document: a batch of 1000 (datasets' default) held some 600 MB of Python lists and
+        # tokenizer encodings per worker on source files (8 kB a row); 100 rows keep it near 60 MB.
+        batch_size=ROWS_PER_BATCH, writer_batch_size=ROWS_PER_BATCH,
+        num_proc=preparation.processes(workers, len(split)), desc=f"tokenizing {name}",
+        fn_kwargs={"data_format": data.format, "text_column": data.text_column, "tokenizer": tokenizer, "split": name},
+    )
 
 
 def pack_examples(examples, length: int, pad_id: int, train: bool) -> datasets.Dataset:
-    """Blocks of exactly `length` tokens cut from all examples' (ids, labels) joined.
-
-    Evaluation keeps the short last block, padded and masked. Training drops it, and drops every block with no
-    scored token: transformers' causal-LM loss is the mean over the labelled targets, and a block (or a whole
-    batch of them) of prompts only would make it 0/0 = NaN, which the loss guard stops the run on. (A block's
-    first label is no target: the loss shifts the labels by one.)
-    """
-    ids = [token for row, _ in examples for token in row]
-    labels = [label for _, row in examples for label in row]
-    blocks = [(ids[start:start + length], labels[start:start + length]) for start in range(0, len(ids), length)]
-    if train:
-        blocks = [block for block in blocks if len(block[0]) == length and _scores_something(block[1])]
-    return datasets.Dataset.from_dict(_padded(blocks, length, pad_id))
+    """(ids, labels) pairs held in memory, packed as load_examples packs a split (data/packing.py)."""
+    columns = {"input_ids": [ids for ids, _ in examples], "labels": [labels for _, labels in examples]}
+    return packing.pack(datasets.Dataset.from_dict(columns, features=TOKENIZED), length, pad_id, train, None)
 
 
 def _scores_something(labels) -> bool:
@@ -79,7 +83,8 @@ def _padded(rows, length: int, pad_id: int) -> dict:
 
 def load_examples(config: TrainConfig, demo: bool):
     """(data, tokenizer, train examples, eval examples): packed blocks, or one text per row for the other paddings."""
-    data = load_text_data(config, demo, formats=True)
+    # --streaming: the train split a stream, read as it trains (data/streaming.py); the eval set as without it.
+    data = streaming.load_data(config, demo) if config.streaming else load_text_data(config, demo, formats=True)
     tokenizer = load_tokenizer(config, demo)
     if tokenizer.eos_token is None:  # the demo's WordPiece tokenizer: its separator ends a text
         tokenizer.eos_token = tokenizer.sep_token
@@ -87,17 +92,23 @@ def load_examples(config: TrainConfig, demo: bool):
         tokenizer.pad_token = tokenizer.eos_token
     if demo and not tokenizer.chat_template:  # so that the demo model can train on chat `messages` too
         tokenizer.chat_template = instructions.demo_chat_template()
-    examples = {split: instructions.examples(getattr(data, split), data.format, data.text_column, tokenizer, split)
-                for split in ("train", "eval")}
+    workers = config.preprocessing_num_workers
+    if config.streaming:  # padding "fixed" (config/checks.py)
+        evaluation = packing.pack(tokenized(data.eval, data, tokenizer, "eval", workers), config.max_seq_length,
+                                  tokenizer.pad_token_id, False, workers)
+        return data, tokenizer, streaming.blocks(data, tokenizer, config.max_seq_length, instructions.encode), evaluation
+    examples = {split: tokenized(getattr(data, split), data, tokenizer, split, workers) for split in ("train", "eval")}
     length = config.max_seq_length
-    if config.padding == "fixed":
-        train = pack_examples(examples["train"], length, tokenizer.pad_token_id, train=True)
-        evaluation = pack_examples(examples["eval"], length, tokenizer.pad_token_id, train=False)
+    if config.padding == "fixed":  # packed in Arrow, a batch of blocks at a time (data/packing.py)
+        train, evaluation = (packing.pack(examples[split], length, tokenizer.pad_token_id, split == "train", workers)
+                             for split in ("train", "eval"))
     else:
         # One example per row, cut to max_seq_length; a training row left with no scored token (a prompt longer
-        # than max_seq_length) is dropped, for the same reason as pack_examples drops such blocks.
-        rows = {split: [(ids[:length], labels[:length]) for ids, labels in split_examples]
-                for split, split_examples in examples.items()}
+        # than max_seq_length) is dropped, for the same reason as packing drops such blocks. (These two layouts
+        # exist to measure what packing saves, on the demo's size: their rows are Python lists.)
+        rows = {split: [(ids[:length], labels[:length])
+                        for ids, labels in zip(split_rows["input_ids"], split_rows[labels_of(split_rows)], strict=True)]
+                for split, split_rows in examples.items()}
         rows["train"] = [row for row in rows["train"] if _scores_something(row[1])]
         if config.padding == "longest":  # every row as long as the longest one: one shape, no packing
             length = max(len(ids) for split_rows in rows.values() for ids, _ in split_rows)
@@ -188,12 +199,15 @@ def facts(train_examples, collator, config: TrainConfig, report: dict) -> dict:
     The tokens per second are computed: the run's measured steady examples per second times the real
     (unpadded) tokens per example.
     """
+    per_second = report.get("steady_examples_per_second")
+    if config.streaming:  # never iterated here: every block is max_seq_length real tokens
+        return {"train_padding_fraction": 0.0,
+                "steady_tokens_per_second": per_second * config.max_seq_length if per_second else None}
     real = total = rows = 0
     for batch in DataLoader(train_examples, batch_size=report["train_batch"]["per_chip"], collate_fn=collator, drop_last=True):
         real += int(batch["attention_mask"].sum())
         total += batch["attention_mask"].numel()
         rows += batch["attention_mask"].shape[0]
-    per_second = report.get("steady_examples_per_second")
     return {
         "train_padding_fraction": 1 - real / total if total else None,
         "steady_tokens_per_second": per_second * real / rows if per_second and rows else None,

@@ -13,7 +13,7 @@ scored on it. Packing the examples into blocks is the task's (causal_lm.py).
 """
 
 from ..config import DEMO_DATA_DIR
-from ..data.formats import MESSAGES, PROMPT_COMPLETION, DataProblem
+from ..data.formats import MESSAGES, PROMPT_COMPLETION, TEXT, DataProblem
 
 IGNORED = -100  # labels the loss skips: prompts, user turns, padding
 # The demo's WordPiece tokenizer (tokenizer.py) has no chat template: a minimal one (data/demo-lm/chat_template.jinja)
@@ -26,15 +26,23 @@ def demo_chat_template() -> str:
     return DEMO_CHAT_TEMPLATE_FILE.read_text().strip()
 
 
-def examples(dataset, data_format: str, text_column: str, tokenizer, split: str) -> list[tuple[list[int], list[int]]]:
-    """(ids, labels) of every example of one split, in order."""
+def encode(rows, indices, data_format: str, text_column: str, tokenizer, split: str) -> dict:
+    """datasets' batched map: a batch of rows (their indices in the split) -> input_ids and labels, one row each."""
+    pairs = examples(rows, data_format, text_column, tokenizer, split, first=indices[0] + 1 if indices else 1)
+    if data_format == TEXT:  # every token labelled: the labels are the ids, not written twice (data/packing.py)
+        return {"input_ids": [ids for ids, _ in pairs]}
+    return {"input_ids": [ids for ids, _ in pairs], "labels": [labels for _, labels in pairs]}
+
+
+def examples(dataset, data_format: str, text_column: str, tokenizer, split: str, first: int = 1) -> list[tuple[list[int], list[int]]]:
+    """(ids, labels) of every example of rows (a split, or a batch of it whose first row is example `first`), in order."""
     if data_format == PROMPT_COMPLETION:
         # A hub data set's rows are not checked by data.py: a row without a completion has nothing to learn.
         pairs = [(prompt, completion) for prompt, completion in zip(dataset["prompt"], dataset["completion"], strict=True)
                  if isinstance(prompt, str) and isinstance(completion, str) and completion.strip()]
         return prompt_completion_examples([pair[0] for pair in pairs], [pair[1] for pair in pairs], tokenizer)
     if data_format == MESSAGES:
-        return chat_examples(dataset["messages"], tokenizer, split)
+        return chat_examples(dataset["messages"], tokenizer, split, first)
     return text_examples([text for text in dataset[text_column] if text.strip()], tokenizer)
 
 
@@ -60,15 +68,16 @@ def prompt_completion_examples(prompts, completions, tokenizer) -> list[tuple[li
             for prompt, completion in zip(prompt_ids, completion_ids, strict=True)]
 
 
-def chat_examples(conversations, tokenizer, split: str) -> list[tuple[list[int], list[int]]]:
-    """Each conversation as the chat template renders it; the assistant turns' tokens labelled, the others -100."""
+def chat_examples(conversations, tokenizer, split: str, first: int = 1) -> list[tuple[list[int], list[int]]]:
+    """Each conversation (the first is example `first`) as the chat template renders it; the assistant turns' tokens
+    labelled, the others -100."""
     if not getattr(tokenizer, "chat_template", None):
         raise DataProblem(
             "column 'messages': the tokenizer has no chat template to render chat turns with; use 'prompt' and "
             "'completion' columns instead, or a model whose tokenizer has a chat template"
         )
     eos, result = tokenizer.eos_token_id, []
-    for number, messages in enumerate(conversations, start=1):
+    for number, messages in enumerate(conversations, start=first):
         segments = chat_segments(messages, tokenizer, f"{split} example {number}")
         pieces = tokenizer([text for text, _ in segments], add_special_tokens=False)["input_ids"]
         ids, labels = [], []

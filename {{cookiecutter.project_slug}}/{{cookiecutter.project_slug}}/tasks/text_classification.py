@@ -12,6 +12,7 @@ from transformers import (
 )
 
 from ..config import ATTENTION, PADDING_MODES, TrainConfig
+from ..data import preparation
 from ..data.formats import TaskChecks, no_column
 from ..data.hub import from_hub_or_folder
 from ..data.sources import load_text_data
@@ -26,8 +27,9 @@ COUNTS = ("correct", "counted", "loss", "non_finite")
 AUTO_MODEL = AutoModelForSequenceClassification  # what loads an exported model (outputs/model)
 
 
-def tokenize(split, tokenizer, text_column, text_pair_column, label_column, max_seq_length):
-    """Token ids without padding (the collator pads) plus integer labels."""
+def tokenize(split, tokenizer, text_column, text_pair_column, label_column, max_seq_length, workers=None):
+    """Token ids without padding (the collator pads) plus integer labels: datasets' batched map, cached on disk and
+    run in `workers` processes when the split is large enough (data/preparation.py)."""
 
     def encode(rows):
         pairs = rows[text_pair_column] if text_pair_column else None
@@ -35,7 +37,8 @@ def tokenize(split, tokenizer, text_column, text_pair_column, label_column, max_
         encoded["labels"] = [int(float(label)) for label in rows[label_column]]
         return encoded
 
-    return split.map(encode, batched=True, remove_columns=split.column_names)
+    return split.map(encode, batched=True, remove_columns=split.column_names, desc="tokenizing",
+                     num_proc=preparation.processes(workers, len(split)))
 
 
 def label_checks(label_column: str, num_labels: int) -> TaskChecks:
@@ -80,7 +83,8 @@ def load_examples(config: TrainConfig, demo: bool):
     """(data, tokenizer, train examples, eval examples), tokenized without padding (the collator pads)."""
     data = load_text_data(config, demo, config.text_pair_column, label_checks(config.label_column, config.num_labels))
     tokenizer = load_tokenizer(config, demo)
-    encode = (tokenizer, data.text_column, data.text_pair_column, config.label_column, config.max_seq_length)
+    encode = (tokenizer, data.text_column, data.text_pair_column, config.label_column, config.max_seq_length,
+              config.preprocessing_num_workers)
     train_examples = tokenize(data.train, *encode)
     eval_examples = tokenize(data.eval, *encode)
     if config.max_train_examples:
