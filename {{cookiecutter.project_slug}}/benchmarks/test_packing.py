@@ -18,9 +18,10 @@ RESULTS = {}
 def test_packing(benchmark, profile, tmp_path, padding):
     report = benchmark.pedantic(run_project, args=(
         tmp_path / "outputs", "--demo", "true", "--padding", padding, "--max_seq_length", str(profile.max_seq_length),
-        # The profile's warm-up and timed steps: enough for the steady speed and the graphs each layout compiles
-        # (dynamic: a shape almost every batch); a whole epoch of 'longest' rows cost the quick suite 47 s.
-        "--max_steps", str(profile.loss_steps), "--mixed_precision", "no", "--checkpoint", "false",
+        # The steady speed is read from the epochs after the first, so two epochs; of the profile's number of
+        # examples, since the demo's whole epoch of 'longest' rows cost the quick suite 47 s.
+        "--num_epochs", str(profile.compare_epochs), "--max_train_examples", str(profile.compare_train_examples),
+        "--mixed_precision", "no", "--checkpoint", "false",
         "--export", "false",
     ), rounds=1, iterations=1)
     RESULTS[padding] = report
