@@ -46,8 +46,10 @@ the session's TOKENIZERS_PARALLELISM=false (conftest.py) holds in each: every wo
 
 Memory: the row's process and every datasets worker it starts, read on a thread of the benchmark session and summed
 over the tree, the peak kept: `peak_uss_bytes`, the pages that only the tree holds (what the preparation made: its
-heap, copied-on-write pages, Arrow files only it maps), and `peak_pss_bytes`, that plus its share of the pages it
-shares, chiefly the session's libraries, inherited by the fork. Every 50 ms the tree's Rss is read (cheap, and no
+heap, copied-on-write pages, Arrow files only it maps), `peak_heap_bytes`, the written pages of those that no file
+backs (the heap and the pages copied on write; Uss also counts the cache files the row has just written and maps,
+dirty page cache until the kernel writes it back: the figure a larger corpus must not grow), and `peak_pss_bytes`, Uss plus its share of the pages it shares, chiefly the
+session's libraries, inherited by the fork. Every 50 ms the tree's Rss is read (cheap, and no
 measure of its own: each forked worker counts the inherited libraries again); Uss and Pss (psutil's memory_full_info:
 a walk of each process's page tables, 10-30 ms for a process with the session's libraries) whenever that Rss is at a
 new high or a second has passed, at most a fifth of a core's time, so that the readings leave the workers' cores
@@ -59,6 +61,7 @@ import itertools
 import json
 import os
 import random
+import re
 import sysconfig
 import threading
 import time
@@ -69,6 +72,7 @@ import csv
 import itertools
 import os
 import random
+import re
 import sysconfig
 import threading
 import time
@@ -98,6 +102,7 @@ TOKENIZER_BYTES = 5 * 10**6
 LENGTH = 128
 WORKERS = 2
 SAMPLE_S = 0.05
+MAPPING = re.compile(r"^[0-9a-f]+-[0-9a-f]+ ")  # a mapping's first line in /proc/PID/smaps
 SAMPLER_SHARE = 0.2  # at most this share of a core for the memory readings
 TIMEOUT_S = 3600
 # What the rows import, loaded once in the session (preload) for every forked row to inherit.
@@ -449,7 +454,8 @@ class TreeMemory:
 
     def __init__(self, pid: int):
         self.root = psutil.Process(pid)
-        self.peaks = {"peak_uss_bytes": 0, "peak_pss_bytes": 0, "peak_processes": 0, "memory_readings": 0}
+        self.peaks = {"peak_uss_bytes": 0, "peak_pss_bytes": 0, "peak_heap_bytes": 0, "peak_processes": 0,
+                      "memory_readings": 0}
         self.rss_read, self.next_reading, self.last_reading = 0, 0.0, 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -466,17 +472,18 @@ class TreeMemory:
         rss = sum(_read(process.memory_info, "rss") for process in tree)
         if now < self.next_reading or (rss <= self.rss_read and now - self.last_reading < 1):
             return
-        uss = pss = count = 0
+        uss = pss = dirty = count = 0
         for process in tree:
             info = _read(process.memory_full_info)
             if info:
-                uss, pss, count = uss + info.uss, pss + info.pss, count + 1
+                uss, pss, dirty, count = uss + info.uss, pss + info.pss, dirty + private_anonymous(process.pid), count + 1
         peaks, cost = self.peaks, time.perf_counter() - now
         self.rss_read, self.last_reading, self.next_reading = rss, now, now + cost / SAMPLER_SHARE
         peaks["memory_readings"] += 1
         peaks["peak_pss_bytes"] = max(peaks["peak_pss_bytes"], pss)
         peaks["peak_processes"] = max(peaks["peak_processes"], count)
         peaks["peak_uss_bytes"] = max(peaks["peak_uss_bytes"], uss)
+        peaks["peak_heap_bytes"] = max(peaks["peak_heap_bytes"], dirty)
 
     def _run(self) -> None:
         while not self._stop.wait(SAMPLE_S):
@@ -489,6 +496,24 @@ class TreeMemory:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def private_anonymous(pid: int) -> int:
+    """The process's own written memory that no file backs: its heap (Python's, Arrow's, the tokenizer's) and the
+    pages it copied on write. Uss also counts a file it just wrote and maps (datasets' cache files): their pages stay
+    dirty until the kernel writes them back, grow with the corpus, and are page cache, not the process's memory."""
+    total, anonymous = 0, False
+    try:
+        with open(f"/proc/{pid}/smaps") as lines:
+            for line in lines:
+                if MAPPING.match(line):
+                    where = line.split(maxsplit=5)[5:]
+                    anonymous = not where or where[0].startswith("[")  # no file: [heap], [stack], [anon:...]
+                elif anonymous and line.startswith("Private_Dirty:"):
+                    total += int(line.split()[1]) * 1024
+    except OSError:  # gone
+        return 0
+    return total
 
 
 def _read(method, name: str | None = None):

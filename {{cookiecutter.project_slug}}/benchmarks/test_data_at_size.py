@@ -86,6 +86,9 @@ def test_data_at_size(benchmark, data_folder, model_folder, measured, size, row)
     if smallest and smallest is not result:
         result["peak_uss_vs_smallest_size"] = result["peak_uss_bytes"] / smallest["peak_uss_bytes"]
         result["peak_pss_vs_smallest_size"] = result["peak_pss_bytes"] / smallest["peak_pss_bytes"]
+        # The target's figure: how much more memory the larger corpus took (the heap alone beside it).
+        result["peak_uss_growth_bytes"] = result["peak_uss_bytes"] - smallest["peak_uss_bytes"]
+        result["peak_heap_growth_bytes"] = result["peak_heap_bytes"] - smallest["peak_heap_bytes"]
     benchmark.extra_info.update(result)
 
     assert result["train_rows"] > 0 and result["train_tokens"] > 0 and result["eval_rows"] > 0

@@ -91,7 +91,7 @@ def test_bad_file_is_refused_with_file_line_and_problem(tmp_path, name):
 def test_loaded_columns_are_checked_in_batches_and_a_late_row_names_its_line(tmp_path, monkeypatch, name, content, message):
     """No list of lines is kept: a row past the first batch, after a blank line and a quoted line break, is found
     again in the file. (Mixed JSON types load as JSON text, checked as the decoded values.)"""
-    monkeypatch.setattr(sources, "CHECK_BATCH", 2)
+    monkeypatch.setattr(sources, "CHECK_BYTES", 1)  # batches of one row
     path = tmp_path / name
     path.write_text(content, encoding="utf-8")
     with pytest.raises(DataProblem) as refused:

@@ -12,7 +12,6 @@ REPORT_FIELDS = (
     "eval_accuracy", "eval_examples_counted", "xla_compilations", "compile_seconds", "precision",
 )
 EVAL_SET_SIZE = 120  # data/demo/eval.csv
-MAX_COMPILATIONS = 5
 
 
 def test_compilations_do_not_grow_with_epochs(run_training):
@@ -27,9 +26,8 @@ def test_compilations_do_not_grow_with_epochs(run_training):
     # 16 per batch over 120 examples: the last eval batch is padded with masked rows.
     assert report["eval_examples_counted"] == EVAL_SET_SIZE
     assert 0.0 <= report["eval_accuracy"] <= 1.0
-    assert report["examples_per_second_with_compilation"] > 0
-    # Epochs 2 and 3 without compilation: faster than the whole run with its compilations.
-    assert report["steady_examples_per_second"] > report["examples_per_second_with_compilation"]
+    # Speeds are reported (compared in the benchmarks, never here: a loaded machine would decide such a test).
+    assert report["examples_per_second_with_compilation"] > 0 and report["steady_examples_per_second"] > 0
     assert report["steady_step_seconds"] > 0
     traced = report["host_tracing_seconds_per_step"]  # the lazy step's phases, each marked (watch/host_tracing.py)
     assert traced["step"] >= traced["forward"] + traced["backward"] + traced["optimizer"] - 1e-6 > 0
@@ -38,8 +36,8 @@ def test_compilations_do_not_grow_with_epochs(run_training):
     assert report["compile_seconds"] > 0
     after_epoch_1, after_epoch_2, after_epoch_3 = report["process_compilations_after_each_epoch"]
     assert after_epoch_1 == after_epoch_2 == after_epoch_3
-    # Two train graphs (before and after the optimizer has state) and one eval graph.
-    assert 1 <= report["xla_compilations"] <= MAX_COMPILATIONS
+    # One train graph and one eval graph, as the README promises, whatever the number of epochs.
+    assert report["xla_compilations"] == 2 and report["recompilations"] == 0
 
 
 def test_offline_demo_learns(demo_report):
@@ -49,7 +47,7 @@ def test_offline_demo_learns(demo_report):
     assert report["data"] == "demo"
     assert report["train_examples"] == 480
     assert report["eval_accuracy"] >= 0.9
-    assert report["xla_compilations"] <= MAX_COMPILATIONS
+    assert report["xla_compilations"] == 2 and report["recompilations"] == 0
 
 
 @pytest.mark.parametrize("level", ["no", "bf16"])

@@ -16,7 +16,6 @@ continues at the next block instead of skipping batches.
 """
 
 import json
-from itertools import chain
 from pathlib import Path
 
 import datasets
@@ -40,6 +39,7 @@ from .hub import looks_local
 from .sources import DEMO_FILES, _format, file_format, read_checked, uses_files
 
 IGNORED = -100  # labels the loss skips (tasks/instructions.py)
+ROWS_PER_BATCH = 100  # rows tokenized together
 EXAMPLES_PER_PACK = 1000  # tokenized examples packed together; the tokens past their last whole block are dropped
 STATE_FILE = "stream-{}.json"  # in a checkpoint: reader N's position in its stream
 
@@ -90,8 +90,11 @@ def blocks(data: TextData, tokenizer, length: int, encode_rows) -> datasets.Iter
         if first is None:
             raise DataProblem(f"{data.source}: the train split has no examples")
         columns = list(first)
+    # Tokenized a hundred rows at a time (a document can be long), each example's tokens kept as one int32 array and
+    # the blocks handed on as arrays: Python lists of ints take 36 bytes a token, and a run of a thousand long
+    # documents held that way grew the reader by 1.5 GB.
     tokenized = data.train.map(
-        encode, batched=True, with_indices=True, remove_columns=columns,
+        encode, batched=True, batch_size=ROWS_PER_BATCH, with_indices=True, remove_columns=columns,
         fn_kwargs={"data_format": data.format, "text_column": data.text_column, "tokenizer": tokenizer,
                    "encode_rows": encode_rows},
     )
@@ -112,6 +115,7 @@ def encode(rows, indices, data_format: str, text_column: str, tokenizer, encode_
         keep = range(len(indices))
     kept = {name: [values[i] for i in keep] for name, values in rows.items()}
     encoded = encode_rows(kept, [indices[i] for i in keep], data_format, text_column, tokenizer, "train")
+    encoded = {name: [np.asarray(values, dtype=np.int32) for values in column] for name, column in encoded.items()}
     encoded.setdefault("labels", encoded["input_ids"])  # plain text: every token labelled, the ids themselves
     return encoded
 
@@ -119,13 +123,14 @@ def encode(rows, indices, data_format: str, text_column: str, tokenizer, encode_
 def pack(batch, length: int) -> dict:
     """The batch's examples joined and cut into blocks of `length` (the rest dropped); a block with no scored label
     after its first token is dropped too (data/packing.py's cut says why)."""
-    ids = np.fromiter(chain.from_iterable(batch["input_ids"]), dtype=np.int64)
-    labels = np.fromiter(chain.from_iterable(batch["labels"]), dtype=np.int64)
+    empty = np.zeros(0, dtype=np.int32)
+    ids, labels = (np.concatenate([empty, *batch[name]]) for name in ("input_ids", "labels"))
     whole = len(ids) // length * length
     ids, labels = ids[:whole].reshape(-1, length), labels[:whole].reshape(-1, length)
     scored = (labels[:, 1:] != IGNORED).any(axis=1)
     ids, labels = ids[scored], labels[scored]
-    return {"input_ids": ids.tolist(), "attention_mask": np.ones_like(ids).tolist(), "labels": labels.tolist()}
+    # One row of each array per block (StreamLoader turns a batch's into lists for the collator).
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids), "labels": labels}
 
 
 class StreamLoader:
@@ -153,7 +158,12 @@ class StreamLoader:
         return self.collate_fn([{"input_ids": [0] * 2, "attention_mask": [1] * 2, "labels": [0] * 2}])
 
     def _batches(self):
-        return iter(DataLoader(self.stream, batch_size=self.batch_size, collate_fn=self.collate_fn, drop_last=True))
+        return iter(DataLoader(self.stream, batch_size=self.batch_size, collate_fn=self._collate, drop_last=True))
+
+    def _collate(self, blocks: list) -> dict:
+        # The blocks' arrays as lists: DataCollatorForSeq2Seq builds the labels with torch.tensor over its rows,
+        # which warns (and is slow) for a list of numpy arrays.
+        return self.collate_fn([{name: values.tolist() for name, values in block.items()} for block in blocks])
 
     def __iter__(self):
         batches = self._batches()
