@@ -5,10 +5,10 @@ import dataclasses
 import re
 
 import pytest
-from conftest import python_command, run
+from conftest import PROJECT, python_command, run
 
 from {{ cookiecutter.project_slug }}.cli import parse
-from {{ cookiecutter.project_slug }}.config import TrainConfig
+from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
 
 BOOLEAN_OPTIONS = [field.name for field in dataclasses.fields(TrainConfig) if field.type in (bool, bool | None)]
 
@@ -66,3 +66,28 @@ def test_a_bad_boolean_value_is_named():
     result = run(python_command("--demo", "maybe", xla=False), check=False, timeout=120)
     assert result.returncode == 2
     assert "argument --demo: Truthy value expected: got maybe" in result.stderr
+
+
+def test_preprocessing_workers_are_a_count_of_processes():
+    assert parse(["--preprocessing_num_workers", "3"]).preprocessing_num_workers == 3
+    with pytest.raises(ConfigError) as refused:
+        TrainConfig(preprocessing_num_workers=0)
+    assert str(refused.value) == "preprocessing_num_workers=0: must be a positive whole number"
+
+
+# Flags the README names that are other tools' (no test of this project passes them), and whose.
+OTHER_TOOLS = {
+    "logdir": "TensorBoard's",
+    "tpu_cluster": "accelerate launch's, which the README says not to use",
+    "service-account": "gcloud's, in the GKE notes",
+    "bench-profile": "the benchmarks' pytest option (benchmarks/conftest.py), run by the template's own suite",
+}
+
+
+def test_every_flag_the_readme_names_is_named_by_a_test():
+    """A flag the README offers that no test passes or names is a promise nothing holds."""
+    readme = (PROJECT / "README.md").read_text(encoding="utf-8")
+    flags = set(re.findall(r"(?<![\w-])--([a-z][a-z0-9_-]*[a-z0-9])", readme)) - set(OTHER_TOOLS)
+    tests = "\n".join(path.read_text(encoding="utf-8") for path in (PROJECT / "tests").glob("*.py"))
+    unnamed = sorted(flag for flag in flags if not re.search(rf"(?<!\w){re.escape(flag)}(?![\w-])", tests))
+    assert not unnamed, f"README.md offers flags no test names: {unnamed}"

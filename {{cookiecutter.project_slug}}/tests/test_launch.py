@@ -6,10 +6,10 @@ tests what a newcomer types.
 
 import importlib.util
 import json
+import os
 import re
 import shlex
 import sys
-import time
 
 import pytest
 import yaml
@@ -217,9 +217,19 @@ if any(arg.startswith("--command=") and ("train.py" in arg or ".cli" in arg) for
     if worker == os.environ["FAKE_FAILING_WORKER"]:
         print("error: /data/train.csv: file not found", file=sys.stderr)
         sys.exit(2)
+    with open(os.environ["FAKE_GCLOUD_WAITING"], "a") as waiting:
+        waiting.write("%d\\n" % os.getpid())
     print("training", flush=True)
     time.sleep(120)  # a healthy host waits for the failed one in its next collective
 """
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_pod_script_names_the_failed_host_stops_the_others_and_exits_with_its_status(tmp_path):
@@ -227,12 +237,16 @@ def test_pod_script_names_the_failed_host_stops_the_others_and_exits_with_its_st
     bin_dir.mkdir()
     (bin_dir / "gcloud").write_text(FAKE_GCLOUD)
     (bin_dir / "gcloud").chmod(0o755)
-    env = {**child_env(), "PATH": f"{bin_dir}:{child_env()['PATH']}", "FAKE_GCLOUD_LOG": str(log), "FAKE_FAILING_WORKER": "1"}
-    started = time.monotonic()
+    waiting = tmp_path / "waiting"
+    env = {**child_env(), "PATH": f"{bin_dir}:{child_env()['PATH']}", "FAKE_GCLOUD_LOG": str(log),
+           "FAKE_FAILING_WORKER": "1", "FAKE_GCLOUD_WAITING": str(waiting)}
+    # The healthy hosts sleep 120 s: the script returns within the timeout only if it stopped them.
     result = run([sys.executable, str(PROJECT / "scripts" / "launch_pod.py"), *POD_ARGS, "--no-install"],
                  env=env, timeout=100, check=False)
     assert result.returncode == 2, result.stderr
-    assert time.monotonic() - started < 60, "the healthy hosts were left running"
+    healthy = [int(pid) for pid in waiting.read_text().split()]
+    assert len(healthy) == 2
+    assert not [pid for pid in healthy if alive(pid)], "the healthy hosts were left running"
     assert "[worker 1] error: /data/train.csv: file not found" in result.stderr.splitlines()
     assert result.stderr.strip().splitlines()[-1] == (
         "error: training failed on worker 1 of 3 (exit code 2); stopped worker(s) 0, 2; "
