@@ -6,11 +6,11 @@ tests what a newcomer types.
 
 import importlib.util
 import json
-import os
 import re
 import shlex
 import sys
 
+import psutil
 import pytest
 import yaml
 from accelerate.commands.config.config_args import load_config_from_file
@@ -224,14 +224,6 @@ if any(arg.startswith("--command=") and ("train.py" in arg or ".cli" in arg) for
 """
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_pod_script_names_the_failed_host_stops_the_others_and_exits_with_its_status(tmp_path):
     bin_dir, log = tmp_path / "bin", tmp_path / "gcloud.log"
     bin_dir.mkdir()
@@ -246,7 +238,7 @@ def test_pod_script_names_the_failed_host_stops_the_others_and_exits_with_its_st
     assert result.returncode == 2, result.stderr
     healthy = [int(pid) for pid in waiting.read_text().split()]
     assert len(healthy) == 2
-    assert not [pid for pid in healthy if alive(pid)], "the healthy hosts were left running"
+    assert not [pid for pid in healthy if psutil.pid_exists(pid)], "the healthy hosts were left running"
     assert "[worker 1] error: /data/train.csv: file not found" in result.stderr.splitlines()
     assert result.stderr.strip().splitlines()[-1] == (
         "error: training failed on worker 1 of 3 (exit code 2); stopped worker(s) 0, 2; "

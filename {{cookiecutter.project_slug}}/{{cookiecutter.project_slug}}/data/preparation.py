@@ -13,6 +13,10 @@ MOST_WORKERS = 8  # the default's cap: a v5e host has 224 cores, and a worker ea
 # Starting a worker process costs about a second (imports, the tokenizer sent over): below this many rows a
 # worker, one process does it all.
 ROWS_PER_WORKER = 5000
+# Rows one tokenizing call (and one write to the cache) holds in Python. A row may be a whole document: a batch of 1000
+# (datasets' default) held some 600 MB of Python lists and tokenizer encodings per worker on source files (8 kB a
+# row); 100 rows keep it near 60 MB.
+ROWS_PER_BATCH = 100
 
 
 def workers(configured: int | None) -> int:

@@ -24,6 +24,7 @@ from datasets.distributed import split_dataset_by_node
 from torch.utils.data import DataLoader
 
 from ..config import TrainConfig
+from . import preparation
 from .formats import (
     MESSAGES,
     TEXT,
@@ -39,7 +40,6 @@ from .hub import looks_local
 from .sources import DEMO_FILES, _format, file_format, read_checked, uses_files
 
 IGNORED = -100  # labels the loss skips (tasks/instructions.py)
-ROWS_PER_BATCH = 100  # rows tokenized together
 EXAMPLES_PER_PACK = 1000  # tokenized examples packed together; the tokens past their last whole block are dropped
 STATE_FILE = "stream-{}.json"  # in a checkpoint: reader N's position in its stream
 
@@ -90,11 +90,11 @@ def blocks(data: TextData, tokenizer, length: int, encode_rows) -> datasets.Iter
         if first is None:
             raise DataProblem(f"{data.source}: the train split has no examples")
         columns = list(first)
-    # Tokenized a hundred rows at a time (a document can be long), each example's tokens kept as one int32 array and
-    # the blocks handed on as arrays: Python lists of ints take 36 bytes a token, and a run of a thousand long
-    # documents held that way grew the reader by 1.5 GB.
+    # Tokenized as a prepared split is (preparation.ROWS_PER_BATCH rows a call), each example's tokens kept as one
+    # int32 array and the blocks handed on as arrays: Python lists of ints take 36 bytes a token, and a run of a
+    # thousand long documents held that way grew the reader by 1.5 GB.
     tokenized = data.train.map(
-        encode, batched=True, batch_size=ROWS_PER_BATCH, with_indices=True, remove_columns=columns,
+        encode, batched=True, batch_size=preparation.ROWS_PER_BATCH, with_indices=True, remove_columns=columns,
         fn_kwargs={"data_format": data.format, "text_column": data.text_column, "tokenizer": tokenizer,
                    "encode_rows": encode_rows},
     )

@@ -42,7 +42,6 @@ COUNTS = ("blocks", "tokens", "loss", "non_finite")
 AUTO_MODEL = AutoModelForCausalLM  # what loads an exported model (outputs/model)
 
 
-ROWS_PER_BATCH = 100  # examples one tokenizing call (and one write to the cache) holds in Python
 TOKENIZED = datasets.Features({name: datasets.Sequence(datasets.Value("int32")) for name in ("input_ids", "labels")})
 TEXT_TOKENIZED = datasets.Features({"input_ids": TOKENIZED["input_ids"]})  # plain text: its labels are its ids
 
@@ -52,9 +51,7 @@ def tokenized(split, data, tokenizer, name: str, workers: int | None) -> dataset
     return split.map(
         instructions.encode, batched=True, with_indices=True, remove_columns=split.column_names,
         features=TEXT_TOKENIZED if data.format == TEXT else TOKENIZED,
-        # A row may be a whole document: a batch of 1000 (datasets' default) held some 600 MB of Python lists and
-        # tokenizer encodings per worker on source files (8 kB a row); 100 rows keep it near 60 MB.
-        batch_size=ROWS_PER_BATCH, writer_batch_size=ROWS_PER_BATCH,
+        batch_size=preparation.ROWS_PER_BATCH, writer_batch_size=preparation.ROWS_PER_BATCH,
         num_proc=preparation.processes(workers, len(split)), desc=f"tokenizing {name}",
         fn_kwargs={"data_format": data.format, "text_column": data.text_column, "tokenizer": tokenizer, "split": name},
     )
