@@ -54,13 +54,13 @@ for module, function in ((torch, "save"), (safetensors.torch, "save_file")):
         return _original(obj, where, *a, **k)
     setattr(module, function, wrapped)
 
-from {{ cookiecutter.project_slug }}.fault_tolerance import checkpointing
+from {{ cookiecutter.project_slug }}.fault_tolerance import resume
 from {{ cookiecutter.project_slug }}.launch import hosts
 from {{ cookiecutter.project_slug }}.loop import training
 hosts.this_host = lambda: hosts.Host(int(index), int(count), rendezvous)
 hosts.host_name = lambda: name
 if os.environ.get("TEST_HOST_SEES_NO_CHECKPOINT") == index:
-    checkpointing.latest_checkpoint = lambda output_dir: None  # this host alone would start from scratch
+    resume.candidates = lambda output_dir, say: []  # this host alone would start from scratch
 original = training.training_function
 
 def recorded(*a, **k):

@@ -134,16 +134,31 @@ SMALL = ["--demo", "true", "--max_seq_length", "32", "--max_train_examples", "64
          "--train_batch_size", "8", "--eval_batch_size", "8", "--mixed_precision", "no"]
 
 
-def test_sigterm_to_one_process_stops_every_process_at_one_step_and_resume_ends_as_uninterrupted(tmp_path):
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """SMALL in 2 processes, uninterrupted: (its folder, its report); checkpoints epoch-1 and epoch-2."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    return folder, train_in_workers(folder, 2, *SMALL)[0]
+
+
+def same_weights(checkpoint: Path, other: Path) -> bool:
+    import torch
+
+    found = torch.load(checkpoint / "pytorch_model.bin", weights_only=True)
+    expected = torch.load(other / "pytorch_model.bin", weights_only=True)
+    return all(torch.equal(found[name], expected[name]) for name in expected)
+
+
+def test_sigterm_to_one_process_stops_every_process_at_one_step_and_resume_ends_as_uninterrupted(uninterrupted,
+                                                                                                  tmp_path):
     """A preemption notice seen by one process: all agree on the step, one checkpoint, resume is exact."""
     import os
     import signal
     import time
 
-    import torch
     from conftest import child_env, recorded_rates, start, workers_command
 
-    reference, _, _ = train_in_workers(tmp_path / "uninterrupted", 2, *SMALL)
+    reference_folder, reference = uninterrupted
     folder = tmp_path / "preempted"
     command, record = workers_command(folder, 2, *SMALL)
     logs = tmp_path / "driver.stdout", tmp_path / "driver.stderr"
@@ -167,10 +182,24 @@ def test_sigterm_to_one_process_stops_every_process_at_one_step_and_resume_ends_
     assert f"resume: continuing after epoch 0, step {steps[0]} of epoch 1" in result.stdout
     for key in (METRIC, "eval_loss", "eval_examples_counted"):
         assert resumed[key] == reference[key], key
-    found = torch.load(checkpoints / "epoch-2" / "pytorch_model.bin", weights_only=True)
-    expected = torch.load(tmp_path / "uninterrupted" / "outputs" / "checkpoints" / "epoch-2" / "pytorch_model.bin",
-                          weights_only=True)
-    assert all(torch.equal(found[name], expected[name]) for name in expected)
+    assert same_weights(checkpoints / "epoch-2", reference_folder / "outputs" / "checkpoints" / "epoch-2")
+
+
+def test_a_file_damaged_in_one_process_s_share_sends_both_to_the_older_checkpoint(uninterrupted, tmp_path):
+    """Each process checks its share of the files; both agree on the checkpoint, and end as the uninterrupted run."""
+    import shutil
+
+    reference_folder, reference = uninterrupted
+    checkpoints = Path(shutil.copytree(reference_folder / "outputs", tmp_path / "outputs")) / "checkpoints"
+    damaged = checkpoints / "epoch-2" / "random_states_1.pkl"
+    damaged.write_bytes(damaged.read_bytes()[:-1] + bytes([damaged.read_bytes()[-1] ^ 1]))
+    resumed, result, rates = train_in_workers(tmp_path, 2, *SMALL, "--resume", "true")
+    assert result.stdout.count(f"resume: checkpoint {checkpoints / 'epoch-2'} is damaged: random_states_1.pkl differs "
+                               "from what was written (sha256 mismatch); trying an older one") == 1, result.stdout
+    assert f"resume: continuing after epoch 1 from {checkpoints / 'epoch-1'}" in result.stdout
+    assert len(rates[0]) == len(rates[1]) == 4  # both trained epoch 2 (4 steps), neither started over
+    assert all(resumed[key] == reference[key] for key in (METRIC, "eval_loss", "eval_examples_counted"))
+    assert same_weights(checkpoints / "epoch-2", reference_folder / "outputs" / "checkpoints" / "epoch-2")
 
 
 @pytest.mark.parametrize("processes", [2, 3])

@@ -1,7 +1,10 @@
 """Fault tolerance: checkpoints a kill cannot spoil, resuming, preemption, and the guard that stops a NaN run.
 
-  checkpointing.py        how a checkpoint is written (staged, renamed, LATEST) and found again on every host
+  checkpointing.py        how a checkpoint is written (staged, manifest last, renamed, LATEST), seen on every host
   checkpoint_schedule.py  when checkpoints are written and --resume: a callback
+  manifest.py             every file's size and sha256, written last, checked before a resume loads anything
+  resume.py               which checkpoint --resume continues: the newest intact one, with settings it may continue
+  resume_changes.py       settings changed on purpose at a resume: applied to the run and its schedule, each said
   output_folder.py        a used --output_dir refused unless resumed or overwritten; a refused run's new one removed
   preemption.py           SIGTERM or Ctrl-C stops the run at the next step, with a checkpoint: a callback
   loss_guard.py           non-finite losses counted on the device, read once per epoch: a NaN stops the run

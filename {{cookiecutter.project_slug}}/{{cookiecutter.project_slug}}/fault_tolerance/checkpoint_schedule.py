@@ -2,13 +2,34 @@
 
 A checkpoint after every epoch, and inside epochs every `--save_steps` optimizer steps or `--save_minutes`
 minutes; `--resume` continues from the newest complete one, mid-epoch ones too. How a checkpoint is written
-so that a kill cannot spoil it is checkpointing.py's job; what it holds is the layout's (parallel/).
+so that a kill cannot spoil it is checkpointing.py's job; what it holds is the layout's (parallel/); which checkpoint
+a resume may trust is resume.py's, and what a resume with other settings does is resume_changes.py's.
 """
 
 import time
 
 from ..launch.processes import agree
-from . import checkpointing
+from . import checkpointing, resume
+from .resume_changes import apply_changes
+
+
+def facts(task_name: str, config, demo: bool, precision_report, parts=None) -> dict:
+    """What a checkpoint records beside the options: what they leave open, and (with `parts`) the run's sizes."""
+    known = {"task": task_name, "stored_dtype": precision_report.stored["weights"],
+             "learning_rate": config.resolved_learning_rate(demo)}
+    if parts is not None:
+        known.update(examples_per_step=parts.global_batch, steps_per_epoch=parts.steps_per_epoch,
+                     optimizer_steps=parts.optimizer_steps)
+    return known
+
+
+def resume_from(accelerator, config, known: dict, say):
+    """The checkpoint --resume continues (None: none there), chosen before the model is built, so a refusal is quick.
+
+    `known`: this run's `facts` so far."""
+    if not config.resume:
+        return None
+    return resume.choose(accelerator, config, resume.settings_of(config, known), say)
 
 
 class SavePolicy:
@@ -30,9 +51,11 @@ class SavePolicy:
 class Checkpoints:
     """Resumes at the start of the run, saves when due and after every epoch (unless --checkpoint false)."""
 
-    def __init__(self, accelerator, layout, config, say, guard):
+    def __init__(self, accelerator, layout, config, say, guard, parts, settings: dict, found):
         self.accelerator, self.layout, self.config, self.say = accelerator, layout, config, say
         self.guard = guard  # the run's LossGuard: it reads the loss so far before a step checkpoint
+        self.parts, self.settings = parts, settings  # settings: what every checkpoint records (resume.settings_of)
+        self.found = found  # the checkpoint to resume (resume_from), or None
         self.enabled = config.checkpoint
         self.policy = SavePolicy(config.save_steps, config.save_minutes)
         self.last = None  # the newest checkpoint this run wrote
@@ -42,14 +65,16 @@ class Checkpoints:
     def on_fit_start(self, run) -> None:
         if not self.config.resume:
             return
-        found = checkpointing.agreed_checkpoint(self.accelerator, self.config.output_dir)
+        found = self.found
         if found is None:
-            self.say(f"resume: no complete checkpoint in {self.config.output_dir}; starting from scratch")
+            self.say(f"resume: no checkpoint in {self.config.output_dir}; starting from scratch")
             return
         self.layout.load_state(self.accelerator, found)
         run.resume_at(checkpointing.read_progress(found))
         within = f", step {run.resumed_step} of epoch {run.first_epoch + 1}" if run.resumed_step else ""
         self.say(f"resume: continuing after epoch {run.first_epoch}{within} from {found}")
+        calls = self.layout.scheduler_calls_per_step(self.accelerator)
+        apply_changes(resume.read_settings(found), self.settings, run, self.parts.scheduler, calls, self.say)
 
     def at_step_boundary(self, run) -> None:
         if self.enabled and self._due(run.global_step):
@@ -70,7 +95,7 @@ class Checkpoints:
         loss = self.guard.read(run) if inside_epoch else None
         self.last = checkpointing.save_checkpoint(
             self.accelerator, self.config.output_dir, run.progress(loss), self.config.keep_checkpoints,
-            self.layout.save_state,
+            self.layout.save_state, self.settings,
         )
         self.written += 1
         self.seconds += time.perf_counter() - started

@@ -1,8 +1,9 @@
 """Checkpoints (after every epoch, and every N steps or M minutes) that survive a kill at any moment.
 
 Each checkpoint is written into a temporary folder and renamed into place only
-when complete; `LATEST` (replaced atomically) names the newest complete one. A
-kill during a save therefore leaves the previous checkpoint as the one to resume.
+when complete, its manifest (manifest.py) written last; `LATEST` (replaced atomically) names the newest complete
+one. A kill during a save therefore leaves the previous checkpoint as the one to resume; which one a resume may trust
+is resume.py's to decide.
 """
 
 import json
@@ -10,10 +11,12 @@ import os
 import shutil
 from pathlib import Path
 
-from ..launch.processes import barrier, gather_objects, is_main, main_process_decides, where_am_i
+from ..launch.processes import barrier, gather_objects, is_main, where_am_i
+from .manifest import manifest_of, write_manifest
 
 LATEST = "LATEST"
 PROGRESS = "progress.json"
+SETTINGS = "settings.json"  # the run's options (fault_tolerance/resume.py compares them at a resume)
 KEEP = 2
 
 
@@ -43,35 +46,19 @@ def latest_checkpoint(output_dir) -> Path | None:
     return folder if (folder / PROGRESS).is_file() else None
 
 
-def check_seen_everywhere(accelerator, folder: Path, what: str, holding: str | None = None) -> None:
+def check_seen_everywhere(accelerator, folder: Path, what: str) -> None:
     """Stop every process, with one message, when some host cannot see `folder`.
 
     Only the main process writes a checkpoint's model files and commits `LATEST`; a host whose
     output_dir is its own local disk would silently start from scratch, or fail alone at a
     save while the others wait for it.
     """
-    seen = (folder / holding).is_file() if holding else folder.is_dir()
-    absent = [place for place in gather_objects(accelerator, None if seen else where_am_i(accelerator)) if place]
+    absent = [place for place in gather_objects(accelerator, None if folder.is_dir() else where_am_i(accelerator)) if place]
     if absent:
         raise CheckpointNotShared(
             f"{what} {folder} is not visible on {', '.join(absent)}: put output_dir on storage that every host "
             "sees (a gcsfuse mount of a bucket, or NFS), the same path on each"
         )
-
-
-def agreed_checkpoint(accelerator, output_dir) -> Path | None:
-    """The checkpoint every process resumes from: chosen by the main process, checked on every host."""
-    name = main_process_decides(accelerator, lambda: _name_or_none(latest_checkpoint(output_dir)))
-    if name is None:
-        return None
-    folder = checkpoint_root(output_dir) / name
-    check_seen_everywhere(accelerator, folder, "resume: the checkpoint", holding=PROGRESS)
-    return folder
-
-
-def _name_or_none(folder: Path | None) -> str | None:
-    # A name, not a path: each process finds it under its own output_dir (the same storage, if shared).
-    return None if folder is None else folder.name
 
 
 def read_progress(folder: Path) -> dict:
@@ -92,12 +79,13 @@ def checkpoint_name(progress: dict) -> str:
     return f"step-{progress['global_step']}" if progress["epoch_step"] else f"epoch-{progress['epochs_done']}"
 
 
-def save_checkpoint(accelerator, output_dir, progress: dict, keep: int, save_state) -> Path:
-    """Save the training state and `progress` (where in the run it stands) and make it the one to resume.
+def save_checkpoint(accelerator, output_dir, progress: dict, keep: int, save_state, settings: dict) -> Path:
+    """Save the training state, `progress` (where in the run it stands) and `settings`, and make it the one to resume.
 
     `save_state(accelerator, folder)` is the layout's (parallel/): it writes the model, optimizer and random states.
     `progress` holds epochs_done (whole epochs), epoch_step (batches of the next epoch already trained) and
-    global_step; the newest `keep` checkpoints stay.
+    global_step; `settings` the run's options (resume.py reads them). The manifest of every file (manifest.py) is
+    written last, before the rename; the newest `keep` checkpoints stay.
     """
     root = checkpoint_root(output_dir)
     name = checkpoint_name(progress)
@@ -112,6 +100,11 @@ def save_checkpoint(accelerator, output_dir, progress: dict, keep: int, save_sta
         save_state(accelerator, staging)
         if is_main(accelerator):
             _write_atomically(staging / PROGRESS, json.dumps(progress))
+            _write_atomically(staging / SETTINGS, json.dumps(settings, indent=1))
+        barrier(accelerator)  # every process's files are written before they are hashed
+        files = manifest_of(accelerator, staging)
+        if is_main(accelerator):
+            write_manifest(staging, files)
             shutil.rmtree(final, ignore_errors=True)
             os.replace(staging, final)
             _write_atomically(root / LATEST, name)

@@ -59,6 +59,14 @@ class RunState:
                     "loss_sum": loss_so_far}
         return {"epochs_done": self.epoch + 1, "epoch_step": 0, "global_step": self.global_step, "loss_sum": 0}
 
+    def reached_the_end(self, epoch: int) -> bool:
+        """True before `epoch` when the run has trained its last step: a resumed run that had reached --max_steps.
+
+        Not when its checkpoint was written inside `epoch` (after its last step, before the epoch's evaluation and
+        checkpoint, as a preemption can): the epoch then has only those left to do.
+        """
+        return self.global_step >= self.last_step and not (epoch == self.first_epoch and self.resumed_step)
+
     def begin_epoch(self, epoch: int) -> int:
         """Start `epoch`; return the batches of it already trained (a resumed epoch's), to skip."""
         self.epoch = epoch

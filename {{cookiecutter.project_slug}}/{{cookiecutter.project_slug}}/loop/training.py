@@ -14,8 +14,8 @@ from tqdm.auto import tqdm
 from ..config import TrainConfig
 from ..data.batching import shuffle_config
 from ..data.sources import wants_demo
-from ..fault_tolerance import output_folder
-from ..fault_tolerance.checkpoint_schedule import Checkpoints
+from ..fault_tolerance import output_folder, resume
+from ..fault_tolerance.checkpoint_schedule import Checkpoints, facts, resume_from
 from ..fault_tolerance.loss_guard import LossGuard
 from ..fault_tolerance.preemption import Preemption
 from ..launch import environment, processes
@@ -115,9 +115,8 @@ def _training_function(model, config: TrainConfig | None) -> dict:
             print(samples.show(report["samples"]))
 {%- endif %}
     processes.barrier(accelerator)
-    # The trained model, optimizer and loaders are released while the process group still exists: DDP's reducer
-    # holds the group, and torch's gloo group, destroyed after Accelerate's end_training destroyed the group, can
-    # wait forever for its worker thread (seen once: a finished 2-process run hung in ~ProcessGroupGloo).
+    # The trained model, optimizer and loaders are released while the process group still exists: DDP's reducer holds
+    # it, and torch's gloo group, destroyed after Accelerate's end_training, can wait forever (seen once: a hang).
     layout.release()
     accelerator.free_memory()
     accelerator.end_training()
@@ -128,11 +127,13 @@ def _train(accelerator, layout, model, config: TrainConfig, precision_report, an
     """(report, tokenizer, data): build the run's parts and state, its callbacks, and fit."""
     say = processes.say_once(accelerator)
     demo = processes.main_process_decides(accelerator, lambda: wants_demo(config))
+    found = resume_from(accelerator, config, facts(task.NAME, config, demo, precision_report), say)  # before the model
     with output_folder.removed_if_refused(config.output_dir, made_output_dir):
         parts = prepare(accelerator, layout, model, config, demo, precision_report, say)
     run = RunState(parts.steps_per_epoch, parts.global_batch, parts.epochs, parts.optimizer_steps, config.eval_steps)
     guard = LossGuard(accelerator, precision_report.effective, config.resolved_learning_rate(demo), config.output_dir)
-    checkpoints = Checkpoints(accelerator, layout, config, say, guard)
+    settings = resume.settings_of(config, facts(task.NAME, config, demo, precision_report, parts))
+    checkpoints = Checkpoints(accelerator, layout, config, say, guard, parts, settings, found)
     watch = None
     if devices.uses_xla(accelerator.device) and config.watch_compilations:
         watch = GraphWatch(config.padding, config.max_recompilations, say, analysis_file)
@@ -179,7 +180,7 @@ def fit(accelerator, parts, run: RunState, callbacks, guard: LossGuard, layout, 
         callbacks.on_fit_start(run)  # a resumed run's position comes from its checkpoint here
         run.first_learning_rate = parts.scheduler.get_last_lr()[0]
         for epoch in range(run.first_epoch, run.num_epochs):
-            if run.global_step >= run.last_step:  # a resumed run that had reached --max_steps
+            if run.reached_the_end(epoch):  # a resumed run that had reached --max_steps
                 break
             skip = run.begin_epoch(epoch)
             batches = layout.train_batches(accelerator, parts.train_loader, epoch, skip)
@@ -203,10 +204,11 @@ def train_epoch(accelerator, parts, run: RunState, batches, callbacks, guard: Lo
     parts.model.train()
     guard.begin_epoch(run, run.resumed_loss if run.step else 0)
     steps = min(len(batches), run.last_step - run.global_step)
-    # The bar is not given the loader: tqdm.auto's bar calls iter() on what it wraps, and each iter()
-    # of Accelerate's XLA loader starts a prefetch thread that may finish the epoch and advance the
-    # shuffle's epoch counter before the real pass starts (another data order in every run).
-    # A context, so that a run stopped mid-epoch ends the bar's line before its error message.
+    if steps == 0 < len(batches):  # resumed after the run's last step (--max_steps) inside this epoch: nothing to train
+        batches = ()
+    # The bar is not given the loader: tqdm.auto's bar calls iter() on what it wraps, and each iter() of Accelerate's
+    # XLA loader starts a prefetch thread that may finish the epoch and advance the shuffle's epoch counter before the
+    # real pass starts (another data order in every run). A context: a run stopped mid-epoch ends the bar's line first.
     bar = tqdm(total=run.step + steps, initial=run.step, desc=f"epoch {run.epoch + 1}/{run.num_epochs}",
                disable=not processes.is_main(accelerator))
     with bar:
