@@ -144,6 +144,8 @@ def test_only_host_0_writes_the_shared_files_and_each_host_its_own_shards(two_ho
                     f"checkpoints/.epoch-2.partial/{HOST_STATE}", "model/config.json", "model/model.safetensors")
     for path in shared_files:
         assert path in written(events_0), (path, sorted(written(events_0)))
+    # The run's lock on output_dir (run_lock.py): host 0 takes it for both hosts and removes it at the end.
+    assert ".run-lock.json" in written(events_0) and not (shared / ".run-lock.json").exists()
     # Host 1 writes nothing the job shares: only its own cache, its compile log, and its own checkpoint shards.
     stray = sorted(path for path in written(events_1) if not is_own(path, "host-b") and not is_shard(path))
     assert stray == [], stray

@@ -171,6 +171,7 @@ def test_killed_three_times_resumes_to_the_uninterrupted_result(reference, tmp_p
     resumed = Watched(output, RESUME)
     log = resumed.kill_when(lambda: stepped.search(resumed.stderr))
     assert "resume: continuing after epoch 1" in log
+    assert "taking over the lock of process" in log and "that process is no longer running" in log  # run_lock.py
     assert latest(output) == "epoch-1" and not (checkpoints / "epoch-2").exists()
     assert not (checkpoints / ".epoch-2.partial").exists(), "the kill came after training, not in a step"
 

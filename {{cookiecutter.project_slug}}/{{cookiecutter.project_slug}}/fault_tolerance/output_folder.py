@@ -1,7 +1,8 @@
-"""The run's output folder: refused when an earlier run used it (unless this run resumes it or starts over), and
-removed again when this run made it and was refused while being set up.
+"""The run's output folder: refused while another run uses it (run_lock.py) and when an earlier run used it (unless
+this run resumes it or starts over), and removed again when this run made it and was refused while being set up.
 """
 
+import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,6 +12,7 @@ from ..data.formats import DataProblem
 from ..data.hub import ModelUnavailable
 from ..launch.environment import local_rank
 from .checkpointing import check_writable
+from .run_lock import RunLock, first_process
 
 # What an earlier run leaves that a new one would overwrite or keep beside its own. The compilation analysis
 # (xla-compilations/) and cache (xla-cache/) are not a run's results: each run writes its own log afresh.
@@ -19,14 +21,20 @@ EARLIER_RUN = ("checkpoints", "metrics.jsonl", "report.json", "model")  # checkp
 RUN_OUTPUTS = (*EARLIER_RUN, "model-merged", "curves.png", "tensorboard", "profile")
 
 
-def claim(config) -> bool:
+def claim(config, lock: RunLock) -> bool:
     """Check output_dir before anything is written; True when it was not there (this run makes it).
+
+    First the lock, read by every process: a folder that another run is using is refused, --overwrite_output_dir or
+    not. The first process takes it once the folder is known writable; under fsdp, where every host's process looks
+    first until the hosts are known, host 0 takes it then (`RunLock.take_on_first_host`).
 
     A second run into a used folder without --resume would overwrite metrics.jsonl and leave the earlier run's
     checkpoints beside its own (and --keep_checkpoints would count them): it is refused, naming the flags. With
     --overwrite_output_dir, each host's first process removes the earlier run's results; the other processes
     wait for it at the rendezvous that follows, before anything of this run is written.
     """
+    hosts_may_share = config.parallelism == "fsdp" or os.environ.get("PJRT_DEVICE", "").upper() == "TPU"  # a pod
+    lock.check(hosts_may_share)
     folder = Path(config.output_dir)
     found = [name for name in EARLIER_RUN if (folder / name).exists()]
     if found and not config.resume:
@@ -42,7 +50,12 @@ def claim(config) -> bool:
                     shutil.rmtree(path, ignore_errors=True)
                 else:
                     path.unlink(missing_ok=True)
-    return check_writable(folder, config.report_path)
+    made = check_writable(folder, config.report_path)
+    if config.parallelism == "fsdp":
+        lock.deferred = True  # every host's process looks first until the hosts are known
+    elif first_process():
+        lock.take(hosts_may_share)
+    return made
 
 
 @contextmanager

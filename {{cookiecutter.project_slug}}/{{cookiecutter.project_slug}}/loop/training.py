@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from ..config import TrainConfig
 from ..data.batching import shuffle_config
 from ..data.sources import wants_demo
-from ..fault_tolerance import output_folder, resume
+from ..fault_tolerance import output_folder, resume, run_lock
 from ..fault_tolerance.checkpoint_schedule import Checkpoints, facts, resume_from
 from ..fault_tolerance.loss_guard import LossGuard
 from ..fault_tolerance.preemption import Preemption
@@ -47,15 +47,15 @@ from .step import train_step
 
 def training_function(model=None, config: TrainConfig | None = None) -> dict:
     """Train and evaluate; return the report. Builds the model only when none is passed in."""
-    with collector.earlier_objects_frozen():  # the libraries' million objects out of the run's full collections
-        return _training_function(model, config)
+    config = config or TrainConfig()  # the libraries' objects out of full collections; the lock removed at any end
+    with collector.earlier_objects_frozen(), run_lock.RunLock(config.output_dir) as lock:
+        return _training_function(model, config, lock)
 
 
-def _training_function(model, config: TrainConfig | None) -> dict:
-    config = config or TrainConfig()
+def _training_function(model, config: TrainConfig, lock: run_lock.RunLock) -> dict:
     environment.check_stack()
     environment.check_tracker(config.report_to)
-    made_output_dir = output_folder.claim(config)  # refused if an earlier run used it; removed if this run is refused
+    made_output_dir = output_folder.claim(config, lock)  # refused if in use or used; removed if this run is refused
     level = precision.requested_level(config)
     layout = layout_for(config)
     # All four must happen before the first tensor reaches an XLA device in this process.
@@ -70,6 +70,7 @@ def _training_function(model, config: TrainConfig | None) -> dict:
         if config.watch_compilations:
             analysis_file = compile_analysis.enable_analysis(Path(config.output_dir) / "xla-compilations", process_label())
     layout.start()
+    lock.take_on_first_host()  # fsdp: the hosts are known now, host 0 takes the lock for the run
     processes.wait_for_forked_siblings()  # before the Accelerator joins the rendezvous (a fork's hang: processes.py)
 
     from accelerate import Accelerator
