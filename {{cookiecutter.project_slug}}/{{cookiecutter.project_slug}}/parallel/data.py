@@ -4,10 +4,12 @@ Accelerate prepares the model, optimizer, scheduler and loaders (each process ge
 batch round), averages gradients between processes, and writes checkpoints with `save_state`.
 """
 
+import pickle
 from pathlib import Path
 
 import torch
 
+from ..fault_tolerance.safe_loading import load_accelerate_file, refused_among
 from ..models.lora import trainable_state
 from ..models.modeling import enable_gradient_checkpointing
 from ..xla import runtime
@@ -108,19 +110,28 @@ class DataParallel:
         seed = runtime.rng_state()
         accelerator.save_state(str(folder), safe_serialization=False)
         runtime.set_rng_state(seed)
-        states_file = folder / f"random_states_{accelerator.process_index}.pkl"
-        states = torch.load(states_file, weights_only=False)
+        states_file = _random_states(folder, accelerator)
+        states = load_accelerate_file(states_file)
         states["xm_seed"] = seed
         torch.save(states, states_file)
 
     def load_state(self, accelerator, folder: Path) -> None:
         if self.stream is not None:
             self.stream.restore(folder, accelerator.process_index)
-        if self.config.lora_r is None:
-            accelerator.load_state(str(folder))
-            return
+        states_file = _random_states(folder, accelerator)
+        if states_file.is_file():
+            # Accelerate reads it weights-only too, but takes any failure there for a missing file (it logs "Could
+            # not load random states" at info level and goes on): a refused one must stop the run.
+            load_accelerate_file(states_file, map_location="cpu")
         # A LoRA checkpoint holds the trained weights only; the frozen base is already in place (built as before).
-        accelerator.load_state(str(folder), strict=False)
+        strict = {} if self.config.lora_r is None else {"strict": False}
+        try:
+            accelerator.load_state(str(folder), **strict)
+        except pickle.UnpicklingError:  # torch's weights-only refusal, which names no file
+            problem = refused_among(folder)
+            if problem is None:
+                raise
+            raise problem from None
 
     def release(self) -> None:
         self.model = self.stream = None
@@ -150,6 +161,11 @@ class DataParallel:
             "optimizer_bytes_by_device": [state] * accelerator.num_processes,
             "bytes_from": "elements of the replica (every device holds all of it)",
         }
+
+
+def _random_states(folder: Path, accelerator) -> Path:
+    """This process's random states as Accelerate's save_state names them."""
+    return folder / f"random_states_{accelerator.process_index}.pkl"
 
 
 def _on_device(loader, device):

@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..fault_tolerance.safe_loading import check_dcp_metadata, load_plain, refused_in_shards
 from ..models.lora import trainable_state
 from ..xla import checkpoint, runtime
 
 SHARDED = "sharded"  # the torch.distributed.checkpoint folder inside a checkpoint
-HOST_STATE = "host_state.pt"  # scheduler and random states, the same on every host
+HOST_STATE = "host_state.pt"  # scheduler and random states, the same on every host, as tensors and plain data
 
 
 def _state(model, optimizer) -> dict:
@@ -35,10 +36,26 @@ def save_sharded(model, optimizer, scheduler, folder: Path, main_process: bool) 
     _write_shards(_state(model, optimizer), folder / SHARDED)
     runtime.set_rng_state(seed)
     if main_process:
-        torch.save({
-            "scheduler": scheduler.state_dict(), "xm_seed": seed, "torch": torch.get_rng_state(),
-            "numpy": np.random.get_state(), "python": random.getstate(),
-        }, folder / HOST_STATE)
+        torch.save(host_state(scheduler, seed), folder / HOST_STATE)
+
+
+def host_state(scheduler, xm_seed: int) -> dict:
+    """What HOST_STATE holds: the scheduler's state and every random state of this process."""
+    return {"scheduler": scheduler.state_dict(), "xm_seed": xm_seed, "torch": torch.get_rng_state(),
+            "numpy": _numpy_state(), "python": random.getstate()}
+
+
+def _numpy_state() -> dict:
+    """numpy's random state as a tensor and plain numbers: its key array pickled would need numpy's classes, and
+    HOST_STATE is read back weights-only with no allow-list (fault_tolerance/safe_loading.py)."""
+    name, key, position, has_gauss, cached_gaussian = np.random.get_state()
+    return {"name": name, "key": torch.from_numpy(key.astype(np.int64)), "position": int(position),
+            "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)}
+
+
+def _set_numpy_state(state: dict) -> None:
+    np.random.set_state((state["name"], state["key"].numpy().astype(np.uint32), state["position"],
+                         state["has_gauss"], state["cached_gaussian"]))
 
 
 def load_sharded(model, optimizer, scheduler, folder: Path) -> None:
@@ -46,22 +63,30 @@ def load_sharded(model, optimizer, scheduler, folder: Path) -> None:
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
+    # Both files checked first: a refused one stops the run before anything it holds is read or any state changes.
+    check_dcp_metadata(folder / SHARDED)  # before DCP unpickles it unrestricted
+    host = load_plain(folder / HOST_STATE)
     if not optimizer.state:
         # The checkpoint is loaded into existing tensors: create the optimizer's state first.
         checkpoint.prime_optimizer(optimizer)
     state = _state(model, optimizer)
-    dcp.load(state, storage_reader=dcp.FileSystemReader(str(folder / SHARDED)),
-             planner=checkpoint.load_planner(), no_dist=not dist.is_initialized())
+    try:
+        dcp.load(state, storage_reader=dcp.FileSystemReader(str(folder / SHARDED)),
+                 planner=checkpoint.load_planner(), no_dist=not dist.is_initialized())
+    except dcp.api.CheckpointException as error:  # the planner reads the non-tensor entries with torch.load: weights-only
+        refused = refused_in_shards(folder / SHARDED, error)
+        if refused is None:
+            raise
+        raise refused from None
     optimizer.load_state_dict(state["optimizer"])
     # prime_optimizer made the state by a step over zero gradients, which it leaves on the parameters. Kept, the
     # resumed run's first backward would add to them, another graph than the uninterrupted run's step (with its
     # shardings already fixed), and with gradient clipping the norm's sum over the shards came out an ulp apart.
     optimizer.zero_grad(set_to_none=True)
-    host = torch.load(folder / HOST_STATE, weights_only=False)
     scheduler.load_state_dict(host["scheduler"])
     runtime.set_rng_state(host["xm_seed"])
     torch.set_rng_state(host["torch"])
-    np.random.set_state(host["numpy"])
+    _set_numpy_state(host["numpy"])
     random.setstate(host["python"])
 
 
@@ -87,6 +112,7 @@ def read_weights_sharded(folder: Path) -> dict:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
+    check_dcp_metadata(folder)  # before DCP unpickles it unrestricted
     reader = dcp.FileSystemReader(str(folder))
     weights = {
         name: torch.empty(entry.size, dtype=entry.properties.dtype)
