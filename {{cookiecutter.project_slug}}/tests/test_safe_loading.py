@@ -18,6 +18,7 @@ import pytest
 import torch
 from conftest import child_env, python_code, python_command, quick, run, spmd_env, train
 
+from {{ cookiecutter.project_slug }}.fault_tolerance import manifest
 from {{ cookiecutter.project_slug }}.fault_tolerance.safe_loading import DCP_METADATA_CLASSES, UnsafeCheckpoint, check_dcp_metadata
 from {{ cookiecutter.project_slug }}.parallel import fsdp_checkpoint
 from {{ cookiecutter.project_slug }}.parallel.data import DataParallel
@@ -272,6 +273,8 @@ def resume_with_one_crafted_file(tmp_path, name: str, env, *args):
         check_dcp_metadata(folder / fsdp_checkpoint.SHARDED)  # a real one (SPMD planners, on XLA) passes
     marker = tmp_path / "ran"
     craft(folder / name, marker)
+    # Whoever crafts the file can write the manifest too: its check passes, the loading alone must refuse.
+    manifest.write_manifest(folder, manifest.manifest_of(SimpleNamespace(process_index=0, num_processes=1), folder))
     command = python_command("--output_dir", str(tmp_path / "outputs"),
                              *quick("--max_train_examples", "32", "--export", "false", *args), "--resume", "true")
     return run(command, env=env, check=False), folder / name, marker

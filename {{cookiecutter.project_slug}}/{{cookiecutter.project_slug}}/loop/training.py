@@ -135,9 +135,8 @@ def _train(accelerator, layout, model, config: TrainConfig, precision_report, an
     guard = LossGuard(accelerator, precision_report.effective, config.resolved_learning_rate(demo), config.output_dir)
     settings = resume.settings_of(config, facts(task.NAME, config, demo, precision_report, parts))
     checkpoints = Checkpoints(accelerator, layout, config, say, guard, parts, settings, found)
-    watch = None
-    if devices.uses_xla(accelerator.device) and config.watch_compilations:
-        watch = GraphWatch(config.padding, config.max_recompilations, say, analysis_file)
+    watching = devices.uses_xla(accelerator.device) and config.watch_compilations
+    watch = GraphWatch(config.padding, config.max_recompilations, say, analysis_file) if watching else None
     metrics = MetricsLog(accelerator, guard, config, parts.replicas, parts.steps_per_epoch)
     profile = None
     if config.profile_steps and not devices.uses_xla(accelerator.device):
