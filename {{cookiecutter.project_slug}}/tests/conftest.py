@@ -369,6 +369,25 @@ def train_in_workers(folder, processes: int, *args, hosts=None, check=True, prel
     return report, result, recorded_rates(record)
 
 
+# A finished 2-epoch run (checkpoints epoch-1 and epoch-2) in this project's layout, 4 SPMD devices under fsdp: the
+# tests of what a resume trusts (test_checkpoint_trust.py, test_safe_loading.py) damage or craft copies of it.
+CHECKPOINTED_RUN = ["--demo", "true", "--max_seq_length", "32", "--max_train_examples", "64", "--train_batch_size", "4",
+                    "--num_epochs", "2", "--mixed_precision", "no", "--compilation_cache", "false",
+                    "--max_recompilations", "0"]
+
+
+def checkpointed_env() -> dict:
+    return spmd_env(4) if PARALLELISM == "fsdp" else child_env()
+
+
+@pytest.fixture(scope="session")
+def checkpointed_run(tmp_path_factory) -> Path:
+    """CHECKPOINTED_RUN's output_dir (tests copy it before they change anything)."""
+    folder = tmp_path_factory.mktemp("checkpointed")
+    train(folder, *CHECKPOINTED_RUN, env=checkpointed_env())
+    return folder / "outputs"
+
+
 @pytest.fixture(scope="session")
 def local_model(tmp_path_factory) -> Path:
     """A model folder as `save_pretrained` writes it (the demo's tiny BERT and tokenizer): no hub needed."""

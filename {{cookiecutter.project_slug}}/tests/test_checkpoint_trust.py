@@ -14,7 +14,17 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import PARALLELISM, PROJECT, TASK, child_env, python_command, run, spmd_env, train
+from conftest import (
+    CHECKPOINTED_RUN,
+    PARALLELISM,
+    PROJECT,
+    TASK,
+    checkpointed_env,
+    child_env,
+    python_command,
+    run,
+    train,
+)
 
 from {{ cookiecutter.project_slug }}.fault_tolerance import manifest, resume
 from {{ cookiecutter.project_slug }}.fault_tolerance.resume_changes import apply_changes
@@ -23,21 +33,14 @@ from {{ cookiecutter.project_slug }}.loop.run_state import RunState
 pytestmark = pytest.mark.machinery  # in the classifier project of the data layout, and:
 # of each layout: the tests of what a checkpoint holds, whose files are the layout's (tests/conftest.py's `elsewhere`).
 IN_EACH_LAYOUT = pytest.mark.layout(PARALLELISM)
-RUN = ["--demo", "true", "--max_seq_length", "32", "--max_train_examples", "64", "--train_batch_size", "4",
-       "--num_epochs", "2", "--mixed_precision", "no", "--compilation_cache", "false", "--max_recompilations", "0"]
+RUN = CHECKPOINTED_RUN
 ONE_PROCESS = SimpleNamespace(process_index=0, num_processes=1)
+env = checkpointed_env
 
 
-def env() -> dict:
-    return spmd_env(4) if PARALLELISM == "fsdp" else child_env()
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Path:
-    """A finished 2-epoch run's output_dir (checkpoints epoch-1 and epoch-2): tests damage copies of it."""
-    folder = tmp_path_factory.mktemp("trusted")
-    train(folder, *RUN, env=env())
-    return folder / "outputs"
+@pytest.fixture
+def trained(checkpointed_run) -> Path:
+    return checkpointed_run
 
 
 def copied(trained: Path, tmp_path: Path) -> Path:

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from conftest import child_env, python_code, python_command, quick, run, spmd_env, train
+from conftest import CHECKPOINTED_RUN, checkpointed_env, child_env, python_code, python_command, run
 
 from {{ cookiecutter.project_slug }}.fault_tolerance import manifest
 from {{ cookiecutter.project_slug }}.fault_tolerance.safe_loading import DCP_METADATA_CLASSES, UnsafeCheckpoint, check_dcp_metadata
@@ -265,19 +265,20 @@ def test_the_metadata_check_allows_only_dcp_s_classes(fsdp_checkpoint_folder, tm
             check_dcp_metadata(folder)
 
 
-def resume_with_one_crafted_file(tmp_path, name: str, env, *args):
-    """A trained run's checkpoint with `name` crafted, resumed by the command line: (result, crafted path, marker)."""
-    train(tmp_path, *quick("--max_train_examples", "32", "--export", "false", *args), env=env)
-    folder = tmp_path / "outputs" / "checkpoints" / "epoch-1"
+def resume_with_one_crafted_file(checkpointed_run, tmp_path, name: str):
+    """A copy of a trained run's checkpoint with `name` crafted, resumed by the command line: (result, path, marker)."""
+    import shutil
+
+    output = Path(shutil.copytree(checkpointed_run, tmp_path / "outputs"))
+    folder = output / "checkpoints" / "epoch-2"
     if (folder / fsdp_checkpoint.SHARDED).is_dir():
         check_dcp_metadata(folder / fsdp_checkpoint.SHARDED)  # a real one (SPMD planners, on XLA) passes
     marker = tmp_path / "ran"
     craft(folder / name, marker)
     # Whoever crafts the file can write the manifest too: its check passes, the loading alone must refuse.
     manifest.write_manifest(folder, manifest.manifest_of(SimpleNamespace(process_index=0, num_processes=1), folder))
-    command = python_command("--output_dir", str(tmp_path / "outputs"),
-                             *quick("--max_train_examples", "32", "--export", "false", *args), "--resume", "true")
-    return run(command, env=env, check=False), folder / name, marker
+    command = python_command("--output_dir", str(output), *CHECKPOINTED_RUN, "--num_epochs", "3", "--resume", "true")
+    return run(command, env=checkpointed_env(), check=False), folder / name, marker
 
 
 def assert_one_line_refusal(result, path: Path, marker: Path) -> None:
@@ -291,15 +292,14 @@ def assert_one_line_refusal(result, path: Path, marker: Path) -> None:
 @pytest.mark.xla
 @pytest.mark.layout("data")
 @pytest.mark.machinery
-def test_resume_refuses_a_crafted_optimizer_file_in_one_line(tmp_path):
-    result, path, marker = resume_with_one_crafted_file(tmp_path, "optimizer.bin", child_env())
+def test_resume_refuses_a_crafted_optimizer_file_in_one_line(checkpointed_run, tmp_path):
+    result, path, marker = resume_with_one_crafted_file(checkpointed_run, tmp_path, "optimizer.bin")
     assert_one_line_refusal(result, path, marker)
 
 
 @pytest.mark.xla
 @pytest.mark.layout("fsdp")
 @pytest.mark.machinery
-def test_resume_refuses_a_crafted_sharded_metadata_in_one_line(tmp_path):
-    result, path, marker = resume_with_one_crafted_file(
-        tmp_path, f"{fsdp_checkpoint.SHARDED}/.metadata", spmd_env(2), "--train_batch_size", "8")
+def test_resume_refuses_a_crafted_sharded_metadata_in_one_line(checkpointed_run, tmp_path):
+    result, path, marker = resume_with_one_crafted_file(checkpointed_run, tmp_path, f"{fsdp_checkpoint.SHARDED}/.metadata")
     assert_one_line_refusal(result, path, marker)
