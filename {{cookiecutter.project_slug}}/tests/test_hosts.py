@@ -158,6 +158,12 @@ def test_only_host_0_writes_the_shared_files_and_each_host_its_own_shards(two_ho
         for place in ("checkpoints/.epoch-1.partial/sharded/", "checkpoints/.epoch-2.partial/sharded/", ".export-shards/"):
             assert any(is_shard(path) and path.startswith(place) for path in written(events)), (place, sorted(written(events)))
     assert not {path for path in written(events_0) if is_shard(path)} & {path for path in written(events_1) if is_shard(path)}
+    # The manifest's hashing is shared: each host read (hashed) its own part of the staged files, the two parts the
+    # manifest's files, each once (fault_tolerance/manifest.py).
+    staged = "checkpoints/.epoch-2.partial/"
+    parts = [{path.removeprefix(staged) for path in read(events) if path.startswith(staged)} for events in (events_0, events_1)]
+    manifest_files = json.loads((shared / "checkpoints" / "epoch-2" / "manifest.json").read_text())["files"]
+    assert all(parts) and not parts[0] & parts[1] and parts[0] | parts[1] == set(manifest_files), parts
     # Written once: the report and the export exist; the export's scratch shards are gone.
     assert json.loads((shared / "report.json").read_text())["layout"]["mesh"] == {"fsdp": 2}
     assert (shared / "model" / "config.json").is_file() and not (shared / ".export-shards").exists()

@@ -14,7 +14,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from ..launch.processes import gather_objects
+from ..launch.processes import gather_objects, position
 
 MANIFEST = "manifest.json"
 CHUNK = 16 * 2**20  # bytes read at a time: a file of any size is hashed in constant memory
@@ -34,7 +34,8 @@ def _files(folder: Path) -> list[str]:
 
 def _share(accelerator, names: list[str]) -> list[str]:
     # Every process takes every n-th file of the same sorted list: the hashing is split, each file hashed once.
-    return names[accelerator.process_index::accelerator.num_processes]
+    index, count = position(accelerator)
+    return names[index::count]
 
 
 def manifest_of(accelerator, folder: Path) -> dict:

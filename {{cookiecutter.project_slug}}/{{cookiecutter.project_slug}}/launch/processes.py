@@ -92,6 +92,12 @@ def gather_objects(accelerator, value) -> list:
     return gather_object([value])
 
 
+def position(accelerator) -> tuple[int, int]:
+    """(this process's index, the job's processes), as gather_objects counts them: the hosts under SPMD on several."""
+    host = hosts.joined()
+    return (host.index, host.count) if host else (accelerator.process_index, accelerator.num_processes)
+
+
 def main_process_decides(accelerator, decide):
     """Run `decide()` on the main process only and hand its answer to every process.
 
