@@ -189,6 +189,25 @@ def test_demo_flag_with_own_files_trains_the_demo_model_on_the_files(tmp_path):
     assert (report["data"], report["train_examples"], report["eval_examples_counted"]) == ("files", 64, 37)
 
 
+@pytest.mark.xla
+@pytest.mark.slow
+@pytest.mark.layout("data")
+def test_three_classes_from_named_label_and_text_pair_columns_train(tmp_path):
+    """The README's multi-class classifier: --num_labels 3 with --label_column and --text_pair_column, end to end."""
+    rows = [(text, text[::-1], index % 3) for index, (text, _) in enumerate(demo_rows()[:101])]
+    header = ("premise", "hypothesis", "category")
+    train, evaluation = write_csv(tmp_path / "t.csv", rows[:64], header), write_csv(tmp_path / "e.csv", rows[64:], header)
+    output = tmp_path / "outputs"
+    run(python_command("--output_dir", str(output), "--demo", "--train_file", str(train), "--eval_file", str(evaluation),
+                       "--text_column", "premise", "--text_pair_column", "hypothesis", "--label_column", "category",
+                       "--num_labels", "3", "--max_seq_length", "64", "--num_epochs", "1", "--mixed_precision", "no",
+                       "--checkpoint", "false"))
+    report = json.loads((output / "report.json").read_text())
+    assert (report["train_examples"], report["eval_examples_counted"]) == (64, 37)
+    exported = json.loads((output / "model" / "config.json").read_text())
+    assert len(exported["id2label"]) == 3  # a 3-way head, trained on the category column
+
+
 def hub_layout(folder, splits: dict):
     """A local folder laid out as a hub data set (a CSV per split, GLUE's sentence pair columns)."""
     folder.mkdir()

@@ -26,6 +26,16 @@ LEVEL_FLAGS = {
     "pure-bf16-cast": ["--mixed_precision", "bf16", "--pure_bf16", "cast"],
 }
 XLA_LEVELS = ("fp32", "bf16", "pure-bf16-xla", "pure-bf16-downcast")
+# torch_xla's documented behaviour, written here independently of the code's tables (precision/levels.py), so that a
+# wrong table fails: (a float32 tensor's type in the graph, a float64 tensor's type) under each level's variables.
+EXPECTED_TYPES = {"fp32": ("f32", "f64"), "bf16": ("f32", "f64"), "pure-bf16-xla": ("bf16", "bf16"),
+                  "pure-bf16-downcast": ("bf16", "f32")}
+EXPECTED_VARIABLES = {  # XLA_USE_BF16 turns every float type to bf16; XLA_DOWNCAST_BF16 float32 to bf16, float64 to f32
+    "fp32": {"XLA_USE_BF16": "0", "XLA_DOWNCAST_BF16": "0"}, "bf16": {"XLA_USE_BF16": "0", "XLA_DOWNCAST_BF16": "0"},
+    "pure-bf16-cast": {"XLA_USE_BF16": "0", "XLA_DOWNCAST_BF16": "0"},
+    "pure-bf16-xla": {"XLA_USE_BF16": "1", "XLA_DOWNCAST_BF16": "0"},
+    "pure-bf16-downcast": {"XLA_USE_BF16": "0", "XLA_DOWNCAST_BF16": "1"},
+}
 DEPRECATION = "will be deprecated after the 2.6 release"
 FINE_TUNING_RATE = "2e-5"  # a pretrained model's learning rate: where bf16 weights lose their updates
 
@@ -42,7 +52,7 @@ print(json.dumps(precision.lowered_types(torch_xla.device())))
 def test_graph_holds_the_promised_types(level):
     result = run(python_code(LOWERING, level))
     found = tuple(json.loads(result.stdout.strip().splitlines()[-1]))
-    assert found[:2] == precision.PROMISED_TYPES[level]
+    assert found[:2] == EXPECTED_TYPES[level] == precision.PROMISED_TYPES[level]
     assert found[2] == "bf16"  # a matmul under torch.autocast(xla) computes in bf16 (what the default relies on)
 
 
@@ -264,7 +274,8 @@ def test_accelerate_launch_settings_are_honoured(monkeypatch, env, flags, expect
 def test_set_xla_variables_leaves_accelerate_nothing_to_override(monkeypatch):
     for name in ("XLA_USE_BF16", "XLA_DOWNCAST_BF16", "ACCELERATE_DOWNCAST_BF16"):
         monkeypatch.setenv(name, "unset-by-test")  # so that monkeypatch restores the real value afterwards
-    for level, variables in precision.XLA_VARIABLES.items():
+    assert sorted(precision.XLA_VARIABLES) == sorted(EXPECTED_VARIABLES)
+    for level, variables in EXPECTED_VARIABLES.items():
         precision.set_xla_variables(level)
         assert {name: os.environ[name] for name in variables} == variables
         assert "ACCELERATE_DOWNCAST_BF16" not in os.environ

@@ -30,7 +30,7 @@ def apply_changes(recorded: dict, now: dict, run, scheduler, calls: int, say) ->
             say(f"resume: {name} {old!r} -> {new!r}{_meaning(name, run)}")
     if "examples_per_step" in changed:
         _continue_after_same_examples(run, *changed["examples_per_step"], say)
-    if any(name in changed for name in (*SCHEDULE, *STEP_SIZE)):
+    if any(name in changed for name in (*SCHEDULE, *STEP_SIZE, "optimizer_steps")):  # or the run's length
         if _reposition(scheduler, run.global_step * calls, recorded["learning_rate"], now["learning_rate"]):
             rate = scheduler.get_last_lr()[0]
             say(f"resume: the schedule ({now['lr_scheduler_type']}, peak {now['learning_rate']:g}) goes on at step "
