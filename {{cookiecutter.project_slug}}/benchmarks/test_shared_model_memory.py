@@ -29,4 +29,7 @@ def test_shared_model_memory(benchmark, profile, workers):
     # The weights travel as the launcher says: pickling puts about one copy in /dev/shm, a fork none.
     assert info["shared_pickled_shm_bytes"] >= 0.9 * info["model_bytes"]
     assert info["shared_fork_shm_bytes"] < 0.1 * info["model_bytes"]
-    assert info["per_worker_pss_bytes"] > info["shared_fork_pss_bytes"]
+    # The claim itself, in whole model copies (net of the launch without a model): N built, one shared by the fork.
+    # Measured 2.11 and 4.17 copies for 2 and 4 workers, 1.09 and 1.10 shared (bert-base, 2026-12-05).
+    assert round(info["per_worker_model_copies"]) == workers, info["per_worker_model_copies"]
+    assert round(info["shared_fork_model_copies"]) == 1, info["shared_fork_model_copies"]
