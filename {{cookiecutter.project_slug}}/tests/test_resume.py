@@ -88,13 +88,16 @@ runpy.run_module("{{ cookiecutter.project_slug }}.cli", run_name="__main__", alt
 """
 
 
-# Every file of the checkpoint staged, nothing committed yet: long enough to be signalled there.
-# TEST_PAUSE_FROM_SAVE: the first save that pauses (1: every one); TEST_PAUSE_SECONDS: how long.
+# Every file of the checkpoint staged, nothing committed yet: held there to be signalled or killed.
+# TEST_PAUSE_FROM_SAVE: the first save that pauses (1: every one); it waits until the file TEST_PAUSE_UNTIL exists (the
+# test makes it once its signal is sent: an event, not a time), at most 120 s (a guard against a hang, never reached).
 PAUSE_IN_SAVE = cli_with_save_state("""
     calls.append(output_dir)
     saved = original(self, output_dir, **kwargs)
     if len(calls) >= int(os.environ.get("TEST_PAUSE_FROM_SAVE", "1")):
-        time.sleep(float(os.environ.get("TEST_PAUSE_SECONDS", "120")))
+        release, deadline = os.environ.get("TEST_PAUSE_UNTIL"), time.monotonic() + 120
+        while not (release and os.path.exists(release)) and time.monotonic() < deadline:
+            time.sleep(0.01)
     return saved
 """)
 
@@ -116,8 +119,9 @@ class Watched:
     def text(self) -> str:
         return (self.out.read_bytes() + self.err.read_bytes()).decode(errors="replace")
 
-    def signal_when(self, ready, number, timeout=900, settle=0.0) -> tuple[int, str]:
-        """Send signal `number` as soon as ready() holds (fail if the run ends first); (exit status, output)."""
+    def signal_when(self, ready, number, timeout=900, settle=0.0, then=None) -> tuple[int, str]:
+        """Send signal `number` as soon as ready() holds (fail if the run ends first), then call `then()`;
+        (exit status, output)."""
         deadline = time.monotonic() + timeout
         while not ready():
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -127,6 +131,8 @@ class Watched:
             time.sleep(0.01)
         time.sleep(settle)
         self.process.send_signal(number)
+        if then:
+            then()
         self.process.wait(timeout=600)
         return self.process.returncode, self.text()
 
@@ -233,9 +239,10 @@ def test_sigterm_stops_at_a_step_with_a_checkpoint_and_resume_ends_as_the_uninte
     final, expected = reference
     output = tmp_path / "outputs"
     if point == "during-the-epoch-1-save":
-        watched = Watched(output, RUN, pause_in_save=True, TEST_PAUSE_SECONDS="4")
+        release = tmp_path / "signal-sent"
+        watched = Watched(output, RUN, pause_in_save=True, TEST_PAUSE_UNTIL=str(release))
         staged = output / "checkpoints" / ".epoch-1.partial" / "random_states_0.pkl"
-        code, text = watched.signal_when(staged.is_file, signal.SIGTERM, settle=0.5)
+        code, text = watched.signal_when(staged.is_file, signal.SIGTERM, then=release.touch)
     else:
         epoch, step = (1, 1) if point == "early-in-epoch-1" else (2, 4)
         watched = Watched(output, RUN)
@@ -349,8 +356,10 @@ def test_disk_full_during_save_keeps_previous_checkpoint(reference, tmp_path):
         assert len(errors) == 1, result.stderr[-4000:]
         assert errors[0].startswith(f"error: cannot write checkpoint {output / 'checkpoints' / 'epoch-2'}: ")
         assert errors[0].endswith(f"the previous checkpoint {output / 'checkpoints' / 'epoch-1'} is intact")
-        # A real full disk reaches torch.save as a RuntimeError, which the message translates.
-        assert "the disk is full" in errors[0] or "No space left on device" in errors[0], errors[0]
+        # A real full disk reaches torch.save as a RuntimeError, which the message translates; the stand-in (no RAM
+        # disk allowed here) raises the OSError itself, whose reason is said as it is.
+        said = "the disk is full (" if mounted else ": No space left on device ("
+        assert said in errors[0], (mounted, errors[0])
         assert latest(output) == "epoch-1"
         assert not (output / "checkpoints" / ".epoch-2.partial").exists()
         assert_same_weights(weights(output / "checkpoints" / "epoch-1"), weights(first))
