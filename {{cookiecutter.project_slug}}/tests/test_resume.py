@@ -102,12 +102,23 @@ PAUSE_IN_SAVE = cli_with_save_state("""
 """)
 
 
+# Ctrl-C in a terminal: the command line with Python's own SIGINT handler in place (a test runner's worker may
+# ignore SIGINT, and a child inherits that).
+CLI_WITH_CTRL_C = """
+import runpy, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+sys.argv = ["cli", *sys.argv[1:]]
+runpy.run_module("{{ cookiecutter.project_slug }}.cli", run_name="__main__", alter_sys=True)
+"""
+
+
 class Watched:
     """A training run in a child process whose output is read while it runs (from the files it writes)."""
 
-    def __init__(self, output, args, pause_in_save=False, **env):
+    def __init__(self, output, args, pause_in_save=False, code=None, **env):
         arguments = ("--output_dir", str(output), *args)
-        command = python_code(PAUSE_IN_SAVE, *arguments) if pause_in_save else python_command(*arguments)
+        code = PAUSE_IN_SAVE if pause_in_save else code
+        command = python_code(code, *arguments) if code else python_command(*arguments)
         logs = Path(tempfile.mkdtemp(prefix="watched-", dir=output.parent))
         self.out, self.err = logs / "stdout", logs / "stderr"
         self.process = start(command, child_env(PYTHONUNBUFFERED="1", **env), self.out, self.err)
@@ -232,13 +243,20 @@ def assert_same_logs(output, uninterrupted, resumed_at: int) -> None:
     pytest.param("early-in-epoch-1", marks=pytest.mark.machinery),
     "mid-epoch-2",  # also a task's own: a causal-LM project resumes inside an epoch of packed blocks
     pytest.param("during-the-epoch-1-save", marks=pytest.mark.machinery),
+    pytest.param("ctrl-c-mid-epoch-2", marks=pytest.mark.machinery),  # SIGINT: Ctrl-C, as the README promises
 ])
 @pytest.mark.slow
 def test_sigterm_stops_at_a_step_with_a_checkpoint_and_resume_ends_as_the_uninterrupted_run(reference, tmp_path, point):
-    """A preemption's SIGTERM: the step in flight finishes, a checkpoint is written, the exit status says so."""
+    """A preemption's SIGTERM (or a Ctrl-C): the step in flight finishes, a checkpoint is written, the exit status
+    says so."""
     final, expected = reference
     output = tmp_path / "outputs"
-    if point == "during-the-epoch-1-save":
+    signal_name = "SIGINT" if point.startswith("ctrl-c") else "SIGTERM"
+    if point == "ctrl-c-mid-epoch-2":
+        epoch, step = 2, 4
+        watched = Watched(output, RUN, code=CLI_WITH_CTRL_C)
+        code, text = watched.signal_when(watched.trained(epoch, step), signal.SIGINT)
+    elif point == "during-the-epoch-1-save":
         release = tmp_path / "signal-sent"
         watched = Watched(output, RUN, pause_in_save=True, TEST_PAUSE_UNTIL=str(release))
         staged = output / "checkpoints" / ".epoch-1.partial" / "random_states_0.pkl"
@@ -251,7 +269,7 @@ def test_sigterm_stops_at_a_step_with_a_checkpoint_and_resume_ends_as_the_uninte
     name = latest(output)
     progress = read_progress(output / "checkpoints" / name)
     (line,) = [line for line in text.splitlines() if line.startswith("stopped: ")]
-    assert line.startswith(f"stopped: preempted (SIGTERM) at epoch {progress['epochs_done'] + (progress['epoch_step'] > 0)} ")
+    assert line.startswith(f"stopped: preempted ({signal_name}) at epoch {progress['epochs_done'] + (progress['epoch_step'] > 0)} ")
     assert line.endswith(f"checkpoint {output / 'checkpoints' / name} written; run again with --resume to continue "
                          "from the next batch")
     if point == "during-the-epoch-1-save":
