@@ -236,6 +236,15 @@ def assert_same_logs(output, uninterrupted, resumed_at: int) -> None:
         epoch_start = (record["step"] - 1) // 8 * 8
         if max(record["step"] - LOGGING_STEPS, epoch_start) >= resumed_at:
             assert (record["loss"], record["grad_norm"]) == (reference["loss"], reference["grad_norm"]), record
+    # TensorBoard, written by both runs into one folder: each step once (the resumed run's purge_step drops the
+    # interrupted run's events past its checkpoint), as the uninterrupted run's.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for tag, kind in (("train/learning_rate", False), ("eval/loss", True)):
+        events = EventAccumulator(str(output / "tensorboard"))
+        events.Reload()
+        steps = [scalar.step for scalar in events.Scalars(tag)]
+        assert steps == [step for step, evaluation in expected if evaluation == kind], (tag, steps)
 
 
 @pytest.mark.xla
