@@ -83,6 +83,40 @@ def test_messages_and_progress_bars_appear_once_per_run(runs, processes):
     assert counts(together.stdout + together.stderr) == expected
 
 
+# Each step's batch of token ids, as the step received it, rewritten into the record folder after every step.
+BATCHES = """
+import json
+from pathlib import Path
+from {{ cookiecutter.project_slug }}.loop import training
+seen, stepped = [], training.train_step
+
+def seeing(accelerator, model, optimizer, scheduler, batch, *args):
+    seen.append(batch["input_ids"].tolist())
+    Path(sys.argv[3], "batches.json").write_text(json.dumps(seen))
+    return stepped(accelerator, model, optimizer, scheduler, batch, *args)
+
+training.train_step = seeing
+"""
+
+
+def test_the_seed_orders_the_data_and_each_epoch_is_shuffled_again(tmp_path):
+    """--seed: another seed, another order of the same examples (the same seed gives the same batches: the resume
+    tests compare whole runs)."""
+    orders = {}
+    for name, seed in (("first", "42"), ("other", "7")):
+        train_in_workers(tmp_path / name, 1, *RUN, "--seed", seed, prelude=BATCHES)
+        batches = json.loads((tmp_path / name / "learning-rates" / "batches.json").read_text())
+        half = len(batches) // 2  # 2 epochs
+        orders[name] = [batches[:half], batches[half:]]
+
+    def rows(epoch):
+        return sorted(row for batch in epoch for row in batch)
+
+    first, other = orders["first"], orders["other"]
+    assert first[0] != other[0] and rows(first[0]) == rows(other[0])  # another order of the same examples
+    assert first[0] != first[1] and rows(first[0]) == rows(first[1])  # each epoch shuffled again
+
+
 def test_the_main_process_decides_demo_or_hub_for_every_process(tmp_path, monkeypatch):
     """Only the main process finds the hub out of reach: every process still trains the demo."""
     monkeypatch.setenv("TEST_ONLY_MAIN_SEES_NO_HUB", "1")
