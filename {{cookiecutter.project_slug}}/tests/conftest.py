@@ -131,6 +131,17 @@ def pytest_runtest_setup(item):
         pytest.skip("torch_xla is not installed (pip install -e '.[xla-cpu]' to run the XLA tests)")
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """REQUIRE_NO_SKIPS=1 (CI's whole suite, README "Run the tests"): a skipped test fails the run, since what it
+    needs was to be installed; a green run then means every test ran."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter else []
+    if os.environ.get("REQUIRE_NO_SKIPS") == "1" and skipped and session.exitstatus == 0:
+        reporter.write_line(f"REQUIRE_NO_SKIPS=1: {len(skipped)} test(s) skipped, the run fails: "
+                            + "; ".join(report.nodeid for report in skipped), red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def child_env(xla: bool = True, long: bool = False, **extra) -> dict:
     """The environment of a run: with or without torch_xla, of tens of steps (`long`: LONG_RUN_LEVEL) or not,
     `extra` on top."""

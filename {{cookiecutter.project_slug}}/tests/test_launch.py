@@ -26,6 +26,7 @@ BAKED = {
 # Every config file and the processes it asks for: one on the CPU (torch_xla cannot run more there).
 CONFIG_PROCESSES = {"tpu-vm.yaml": BAKED["num_processes"], "xla-cpu.yaml": 1}
 ENTRY = ["train.py"] if (PROJECT / "train.py").exists() else ["-m", "{{ cookiecutter.project_slug }}.cli"]
+XPK_VERSION = "1.16.0"  # the template's own xpk pin (its tools/xpk-requirements.txt; its tests/test_pins.py compares)
 POD_ARGS = ["--tpu-name", "my-pod", "--zone", "us-central2-b", "--project", "my-project"]
 POD_VARIABLES = {"TPU_NAME": "my-pod", "ZONE": "us-central2-b", "PROJECT_ID": "my-project"}
 
@@ -336,11 +337,15 @@ def test_ci_runs_the_fast_tier_on_every_push_and_the_whole_suite_on_pull_request
         (argv,) = [tuple(shlex.split(step["run"])) for step in job["steps"] if "pytest" in step.get("run", "")]
         assert argv[0] == "PJRT_DEVICE=CPU" and "REQUIRE_XLA=1" in argv, argv
         tests[name] = argv[argv.index("pytest") + 1:]
+        # The whole suite installs what its tests need and lets none of them skip (the trackers, xpk).
+        assert ("REQUIRE_NO_SKIPS=1" in argv and "REQUIRE_XPK=1" in argv) == (name == "full"), argv
     assert tests == {"fast": ("-m", "not slow"), "full": (), "newest": ("-m", "not slow or pretrained")}
     installs = {name: [tuple(shlex.split(step["run"])) for step in job["steps"] if "install" in step.get("run", "")]
                 for name, job in jobs.items()}
     tested, newest = ("pip", "install", "-e", ".[xla-cpu,dev]", "-c", "constraints.txt"), ("pip", "install", "-e", ".[xla-cpu,dev]")
-    assert installs == {"fast": [tested], "full": [tested], "newest": [newest]}
+    everything = ("pip", "install", "-e", ".[xla-cpu,dev,trackers]", "-c", "constraints.txt")
+    xpk = (".venv-xpk/bin/pip", "install", f"xpk=={XPK_VERSION}")
+    assert installs == {"fast": [tested], "full": [everything, xpk], "newest": [newest]}
 
 {%- if cookiecutter.include_benchmarks %}
 
