@@ -83,9 +83,14 @@ def main(argv=None) -> int:
     from .launch.processes import is_main_process
 
     def stop(error: Exception, said: str = "error"):
-        # A problem that every process raised together is said once, by the main process.
-        if not getattr(error, "every_process", False) or is_main_process():
+        # A problem that every process raised together is said once, by the main process; the hosts then leave together.
+        together = getattr(error, "every_process", False)
+        if not together or is_main_process():
             print(f"{said}: {error}", file=sys.stderr)
+        if together:
+            from .launch.hosts import leave_together
+
+            leave_together()
         raise SystemExit(getattr(error, "exit_code", 2)) from None
 
     try:

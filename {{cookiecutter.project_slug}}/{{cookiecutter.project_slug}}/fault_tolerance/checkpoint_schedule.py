@@ -13,23 +13,11 @@ from . import checkpointing, resume
 from .resume_changes import apply_changes
 
 
-def facts(task_name: str, config, demo: bool, precision_report, parts=None) -> dict:
-    """What a checkpoint records beside the options: what they leave open, and (with `parts`) the run's sizes."""
-    known = {"task": task_name, "stored_dtype": precision_report.stored["weights"],
-             "learning_rate": config.resolved_learning_rate(demo)}
-    if parts is not None:
-        known.update(examples_per_step=parts.global_batch, steps_per_epoch=parts.steps_per_epoch,
-                     optimizer_steps=parts.optimizer_steps)
-    return known
-
-
-def resume_from(accelerator, config, known: dict, say):
-    """The checkpoint --resume continues (None: none there), chosen before the model is built, so a refusal is quick.
-
-    `known`: this run's `facts` so far."""
-    if not config.resume:
-        return None
-    return resume.choose(accelerator, config, resume.settings_of(config, known), say)
+def facts(task_name: str, config, demo: bool, precision_report, parts) -> dict:
+    """What a checkpoint records beside the options: what they leave open, and the run's sizes."""
+    return {"task": task_name, "stored_dtype": precision_report.stored["weights"],
+            "learning_rate": config.resolved_learning_rate(demo), "examples_per_step": parts.global_batch,
+            "steps_per_epoch": parts.steps_per_epoch, "optimizer_steps": parts.optimizer_steps}
 
 
 class SavePolicy:
@@ -51,11 +39,10 @@ class SavePolicy:
 class Checkpoints:
     """Resumes at the start of the run, saves when due and after every epoch (unless --checkpoint false)."""
 
-    def __init__(self, accelerator, layout, config, say, guard, parts, settings: dict, found):
+    def __init__(self, accelerator, layout, config, say, guard, parts, settings: dict):
         self.accelerator, self.layout, self.config, self.say = accelerator, layout, config, say
         self.guard = guard  # the run's LossGuard: it reads the loss so far before a step checkpoint
         self.parts, self.settings = parts, settings  # settings: what every checkpoint records (resume.settings_of)
-        self.found = found  # the checkpoint to resume (resume_from), or None
         self.enabled = config.checkpoint
         self.policy = SavePolicy(config.save_steps, config.save_minutes)
         self.last = None  # the newest checkpoint this run wrote
@@ -65,7 +52,7 @@ class Checkpoints:
     def on_fit_start(self, run) -> None:
         if not self.config.resume:
             return
-        found = self.found
+        found = resume.choose(self.accelerator, self.config, self.settings, self.say)  # intact, settings it may continue
         if found is None:
             self.say(f"resume: no checkpoint in {self.config.output_dir}; starting from scratch")
             return

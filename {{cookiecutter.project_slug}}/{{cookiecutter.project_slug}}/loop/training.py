@@ -15,7 +15,7 @@ from ..config import TrainConfig
 from ..data.batching import shuffle_config
 from ..data.sources import wants_demo
 from ..fault_tolerance import output_folder, resume, run_lock
-from ..fault_tolerance.checkpoint_schedule import Checkpoints, facts, resume_from
+from ..fault_tolerance.checkpoint_schedule import Checkpoints, facts
 from ..fault_tolerance.loss_guard import LossGuard
 from ..fault_tolerance.preemption import Preemption
 from ..launch import environment, processes
@@ -128,13 +128,12 @@ def _train(accelerator, layout, model, config: TrainConfig, precision_report, an
     """(report, tokenizer, data): build the run's parts and state, its callbacks, and fit."""
     say = processes.say_once(accelerator)
     demo = processes.main_process_decides(accelerator, lambda: wants_demo(config))
-    found = resume_from(accelerator, config, facts(task.NAME, config, demo, precision_report), say)  # before the model
     with output_folder.removed_if_refused(config.output_dir, made_output_dir):
         parts = prepare(accelerator, layout, model, config, demo, precision_report, say)
     run = RunState(parts.steps_per_epoch, parts.global_batch, parts.epochs, parts.optimizer_steps, config.eval_steps)
     guard = LossGuard(accelerator, precision_report.effective, config.resolved_learning_rate(demo), config.output_dir)
     settings = resume.settings_of(config, facts(task.NAME, config, demo, precision_report, parts))
-    checkpoints = Checkpoints(accelerator, layout, config, say, guard, parts, settings, found)
+    checkpoints = Checkpoints(accelerator, layout, config, say, guard, parts, settings)
     watching = devices.uses_xla(accelerator.device) and config.watch_compilations
     watch = GraphWatch(config.padding, config.max_recompilations, say, analysis_file) if watching else None
     metrics = MetricsLog(accelerator, guard, config, parts.replicas, parts.steps_per_epoch)
