@@ -84,6 +84,17 @@ OTHER_TOOLS = {
 }
 
 
+@pytest.mark.parametrize(("given", "message"), [
+    ({"num_epochs": True}, "num_epochs=True: must be a positive whole number"),  # a bool is no count
+    ({"resume": True, "overwrite_output_dir": True}, "resume=True and overwrite_output_dir=True: give one of the two "
+                                                     "(continue the earlier run, or remove it)"),
+])
+def test_contradictory_or_mistyped_values_are_refused_in_one_line(given, message):
+    with pytest.raises(ConfigError) as refused:
+        TrainConfig(**given)
+    assert str(refused.value) == message
+
+
 def test_every_flag_the_readme_names_is_named_by_a_test():
     """A flag the README offers that no test passes or names is a promise nothing holds."""
     readme = (PROJECT / "README.md").read_text(encoding="utf-8")
