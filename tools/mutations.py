@@ -79,6 +79,17 @@ MUTATIONS = [
     Mutation("fault_tolerance/resume_changes.py",
              "[new_rate if base == old_rate else base * new_rate / old_rate for base in inner.base_lrs]",
              "list(inner.base_lrs)", TRUST, "a new learning rate ignored (as LambdaLR restores it)"),
+    Mutation("tasks/text_classification.py",
+             "predicted, present = sum(row[label] for row in confusion), sum(confusion[label])",
+             "present, predicted = sum(row[label] for row in confusion), sum(confusion[label])",
+             ("tests/test_evaluation_counts.py",), "each label's precision and recall swapped"),
+    Mutation("tasks/text_classification.py", "truth = torch.nn.functional.one_hot(labels, classes) * valid.unsqueeze(1)",
+             "truth = torch.nn.functional.one_hot(labels, classes)", ("tests/test_evaluation_counts.py",),
+             "the padded batch's masked copies counted in the confusion matrix"),
+    Mutation("loop/model_card.py", "if value == defaults[option.name] or value is None:",
+             "if value == defaults[option.name] or not value:",
+             ("tests/test_training.py", "-k", "compilations_do_not_grow"),
+             "the card's command line leaves out settings given as 0 or false"),
 ]
 
 

@@ -8,6 +8,7 @@ import math
 
 import pytest
 from conftest import DEMO_BAR, evaluate_on_cpu, quick, train
+from huggingface_hub import ModelCard
 from transformers import AutoTokenizer
 
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
@@ -99,6 +100,13 @@ def test_a_run_compiles_two_graphs_and_epochs_add_none(demo_report):
     assert report["steady_tokens_per_second"] == pytest.approx(
         report["steady_examples_per_second"] * report["config"]["max_seq_length"]
     )
+    # The export's model card, read as the hub reads it: a text-generation model, its blocks, loss and perplexity.
+    card = ModelCard.load(f"{report['exported']}/README.md")
+    assert (card.data.pipeline_tag, card.data.base_model) == ("text-generation", None)
+    assert (f"- evaluated on {report['eval_examples_counted']} blocks of {used['max_seq_length']} tokens "
+            f"({report['eval_tokens_counted']} tokens counted)") in card.text
+    assert f"| perplexity | {report['eval_perplexity']:.4f} |" in card.text
+    assert f"| loss | {report['eval_loss']:.4f} |" in card.text
 
 
 @pytest.mark.xla

@@ -8,6 +8,7 @@ import re
 
 import pytest
 from conftest import child_env, python_command, run
+from huggingface_hub import ModelCard
 
 from {{ cookiecutter.project_slug }}.data import sources
 from {{ cookiecutter.project_slug }}.data.sources import DEMO_FILES, DataProblem, check_file
@@ -206,6 +207,15 @@ def test_three_classes_from_named_label_and_text_pair_columns_train(tmp_path):
     assert (report["train_examples"], report["eval_examples_counted"]) == (64, 37)
     exported = json.loads((output / "model" / "config.json").read_text())
     assert len(exported["id2label"]) == 3  # a 3-way head, trained on the category column
+    # A 3 x 3 confusion matrix whose rows hold the eval file's rows of each category, each once.
+    confusion = report["eval_confusion_matrix"]
+    assert [sum(row) for row in confusion] == [sum(category == label for *_, category in rows[64:]) for label in range(3)]
+    from sklearn.metrics import f1_score  # the macro-F1 of the predictions that matrix counts
+
+    pairs = [(truth, guess) for truth in range(3) for guess in range(3) for _ in range(confusion[truth][guess])]
+    truths, guesses = zip(*pairs, strict=True)
+    assert report["eval_macro_f1"] == f1_score(truths, guesses, labels=[0, 1, 2], average="macro", zero_division=0.0)
+    assert (output / "confusion.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def hub_layout(folder, splits: dict):
@@ -241,3 +251,8 @@ def test_hub_code_path_trains_on_a_folder_laid_out_as_a_hub_data_set(tmp_path, l
                        xla=False), env=child_env(xla=False))
     report = json.loads((output / "report.json").read_text())
     assert (report["data"], report["train_examples"], report["eval_examples_counted"]) == (str(folder), 64, 37)
+    # The export's card names the model it was fine-tuned from, and the data.
+    card = ModelCard.load(output / "model" / "README.md")
+    assert card.data.base_model == str(local_model) and f"Fine-tuned from `{local_model}`." in card.text
+    assert f"- trained on `{folder}`: 64 examples\n- evaluated on 37 examples\n" in card.text
+    assert "- on cpu x 1 processes: no XLA device" in card.text

@@ -170,23 +170,46 @@ def changed_fraction(report: dict, initial: dict) -> float:
     return changed / total
 
 
+def moved_at_or_above(report: dict, initial: dict, magnitude: float) -> tuple[int, int, int]:
+    """(moved, counted, elements): of the trained weight elements (each parameter once, as named_parameters gives
+    tied ones), those that started at `magnitude` or more, and how many of them the run moved, each compared in the
+    type it is stored in."""
+    from {{ cookiecutter.project_slug }}.tasks import task
+
+    trained = task.AUTO_MODEL.from_pretrained(report["exported"])
+    pure = report["precision"]["stored"]["weights"] == "bf16"
+    moved = counted = elements = 0
+    for name, after in trained.named_parameters():
+        before = initial[name].to(torch.bfloat16).float() if pure else initial[name].float()
+        at_risk = initial[name].float().abs() >= magnitude
+        moved += int((after.detach().float() != before)[at_risk].sum())
+        counted += int(at_risk.sum())
+        elements += at_risk.numel()
+    return moved, counted, elements
+
+
 @pytest.mark.xla
 @pytest.mark.slow
 @pytest.mark.layout("data")
 def test_the_default_keeps_every_update_and_pure_bf16_says_what_it_loses(recorded):
-    default, default_run, _, initial = recorded("bf16")
-    assert changed_fraction(default, initial) >= 0.99
+    default, default_run, _, default_initial = recorded("bf16")
+    assert changed_fraction(default, default_initial) >= 0.99
     assert default["precision"]["updates_at_risk"] is None
     assert "rounds away" not in default_run.stdout
 
     pure, pure_run, _, initial = recorded("pure-bf16-xla")
     lost = pure["precision"]["updates_at_risk"]
     assert lost["weights_at_or_above"] == bf16_updates.lost_above(float(FINE_TUNING_RATE)) == 2**-7
-    assert 0.3 < lost["fraction_of_elements"] < 1
+    # The fraction said is a count of the starting weights at or above 2**-7, made here from the weights alone.
+    moved, counted, elements = moved_at_or_above(pure, initial, 2**-7)
+    assert lost["fraction_of_elements"] == counted / elements
+    # Those weights kept their starting value, where the default moved every one of them. Nearly all: a weight exactly
+    # at a power of two has half the spacing below it, so a step toward 0 can land (51 of the classifier demo's
+    # 56,684, 61 of the LM demo's 69,695).
+    assert moved < counted / 100
+    assert moved_at_or_above(default, default_initial, 2**-7)[:2] == (counted, counted)
     assert pure_run.stdout.count("every AdamW update rounds away") == 1  # said once, with the fix
     assert "--kahan_summation true" in pure_run.stdout
-    pure_changed = changed_fraction(pure, initial)
-    assert pure_changed < 1 - lost["fraction_of_elements"] / 2  # those weights did not move
 
     # Kahan summation keeps the rounded-away part in a bf16 buffer: a short run shows it in the report, not yet in
     # the weights (the benchmark's fine-tuning comparison measures what it keeps over more steps).
@@ -291,3 +314,29 @@ def test_the_threshold_is_half_a_bf16_step():
         assert weight - torch.tensor(rate, dtype=torch.bfloat16) == weight
         below = torch.tensor(threshold / 4, dtype=torch.bfloat16)
         assert below + torch.tensor(rate, dtype=torch.bfloat16) != below
+
+
+# Each task's default model as its config.json builds it, at its real layer count (bert-base-cased: 12 layers;
+# Qwen2.5-0.5B: 24, tied embeddings), narrowed as the host-tracing benchmark narrows it: transformers initializes
+# every matrix with the same spread (initializer_range 0.02) at any width.
+DEFAULT_ARCHITECTURE = {
+    "text-classification": ("bert", {"num_hidden_layers": 12}),
+    "causal-lm": ("qwen2", {"num_hidden_layers": 24, "num_key_value_heads": 2, "tie_word_embeddings": True}),
+}
+NARROW = {"hidden_size": 64, "intermediate_size": 256, "num_attention_heads": 4, "vocab_size": 1024}
+
+
+def test_most_of_the_default_models_weights_lose_every_fine_tuning_update_in_pure_bf16():
+    """The README's "most of a model": at 2e-5, the share of the default architecture's weight elements at 2**-7 or
+    more as transformers initializes them (where pretraining starts; no pretrained checkpoint is reachable here)."""
+    from transformers import AutoConfig
+
+    from {{ cookiecutter.project_slug }}.tasks import task
+
+    torch.manual_seed(0)
+    kind, layers = DEFAULT_ARCHITECTURE[TASK]
+    model = task.AUTO_MODEL.from_config(AutoConfig.for_model(kind, **layers, **NARROW))
+    risk = bf16_updates.updates_at_risk(model, float(FINE_TUNING_RATE))
+    elements = list(model.parameters())
+    counted = sum(int((parameter.detach().abs() >= 2**-7).sum()) for parameter in elements)
+    assert risk["fraction_of_elements"] == counted / sum(parameter.numel() for parameter in elements) > 0.5

@@ -36,6 +36,7 @@ from conftest import (
 
 from {{ cookiecutter.project_slug }}.fault_tolerance.checkpointing import LATEST, CheckpointProblem, check_writable, read_progress
 from {{ cookiecutter.project_slug }}.fault_tolerance.preemption import PREEMPTED_EXIT
+from {{ cookiecutter.project_slug }}.watch import curves
 
 # Checkpoints of the data layout (the fsdp layout's sharded ones resume in test_fsdp.py and test_hosts.py).
 pytestmark = pytest.mark.layout("data")
@@ -89,12 +90,14 @@ runpy.run_module("{{ cookiecutter.project_slug }}.cli", run_name="__main__", alt
 
 
 # Every file of the checkpoint staged, nothing committed yet: held there to be signalled or killed.
-# TEST_PAUSE_FROM_SAVE: the first save that pauses (1: every one); it waits until the file TEST_PAUSE_UNTIL exists (the
-# test makes it once its signal is sent: an event, not a time), at most 120 s (a guard against a hang, never reached).
+# TEST_PAUSE_FROM_SAVE: the first save that pauses (1: every one); there it makes the file TEST_PAUSED (the test's
+# signal to act: an event, not a time) and waits until the file TEST_PAUSE_UNTIL exists (the test makes it once its
+# signal is sent), at most 120 s (a guard against a hang, never reached).
 PAUSE_IN_SAVE = cli_with_save_state("""
     calls.append(output_dir)
     saved = original(self, output_dir, **kwargs)
     if len(calls) >= int(os.environ.get("TEST_PAUSE_FROM_SAVE", "1")):
+        open(os.environ["TEST_PAUSED"], "w").close()
         release, deadline = os.environ.get("TEST_PAUSE_UNTIL"), time.monotonic() + 120
         while not (release and os.path.exists(release)) and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -120,8 +123,9 @@ class Watched:
         code = PAUSE_IN_SAVE if pause_in_save else code
         command = python_code(code, *arguments) if code else python_command(*arguments)
         logs = Path(tempfile.mkdtemp(prefix="watched-", dir=output.parent))
-        self.out, self.err = logs / "stdout", logs / "stderr"
-        self.process = start(command, child_env(PYTHONUNBUFFERED="1", **env), self.out, self.err)
+        self.out, self.err, self.paused = logs / "stdout", logs / "stderr", logs / "paused-in-save"
+        self.process = start(command, child_env(PYTHONUNBUFFERED="1", TEST_PAUSED=str(self.paused), **env),
+                             self.out, self.err)
 
     @property
     def stderr(self) -> bytes:
@@ -130,7 +134,7 @@ class Watched:
     def text(self) -> str:
         return (self.out.read_bytes() + self.err.read_bytes()).decode(errors="replace")
 
-    def signal_when(self, ready, number, timeout=900, settle=0.0, then=None) -> tuple[int, str]:
+    def signal_when(self, ready, number, timeout=900, then=None) -> tuple[int, str]:
         """Send signal `number` as soon as ready() holds (fail if the run ends first), then call `then()`;
         (exit status, output)."""
         deadline = time.monotonic() + timeout
@@ -140,16 +144,15 @@ class Watched:
                 self.process.wait()
                 pytest.fail(f"the run ended before its kill point ({self.process.returncode}):\n{self.text()[-4000:]}")
             time.sleep(0.01)
-        time.sleep(settle)
         self.process.send_signal(number)
         if then:
             then()
         self.process.wait(timeout=600)
         return self.process.returncode, self.text()
 
-    def kill_when(self, ready, timeout=900, settle=0.0) -> str:
+    def kill_when(self, ready, timeout=900) -> str:
         """SIGKILL the run as soon as ready() holds; fail if it ends first."""
-        code, text = self.signal_when(ready, signal.SIGKILL, timeout, settle)
+        code, text = self.signal_when(ready, signal.SIGKILL, timeout)
         assert code == -signal.SIGKILL
         return text
 
@@ -193,9 +196,8 @@ def test_killed_three_times_resumes_to_the_uninterrupted_result(reference, tmp_p
     assert not (checkpoints / ".epoch-2.partial").exists(), "the kill came after training, not in a step"
 
     # 3. In the save of epoch 2: every file staged, nothing committed yet.
-    staged = checkpoints / ".epoch-2.partial" / "random_states_0.pkl"
     saving = Watched(output, RESUME, pause_in_save=True)
-    log = saving.kill_when(staged.is_file, settle=0.5)
+    log = saving.kill_when(saving.paused.is_file)
     assert "resume: continuing after epoch 1" in log
     assert latest(output) == "epoch-1" and not (checkpoints / "epoch-2").exists()
     assert (checkpoints / ".epoch-2.partial").is_dir()
@@ -245,6 +247,14 @@ def assert_same_logs(output, uninterrupted, resumed_at: int) -> None:
         events.Reload()
         steps = [scalar.step for scalar in events.Scalars(tag)]
         assert steps == [step for step, evaluation in expected if evaluation == kind], (tag, steps)
+    # curves.png, drawn by the resumed run from the same file: each of its lines holds each step once. The figure is
+    # the one draw() saves (watch/curves.py), read before saving: a PNG's pixels would not say which steps it holds.
+    assert (output / curves.CURVES_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    loss, metric, rate = curves.plotted(lines[0]).axes
+    logged, evaluated = ([step for step, evaluation in expected if evaluation == kind] for kind in (False, True))
+    for line, steps in ((loss.lines[0], logged), (loss.lines[1], evaluated), (metric.lines[0], evaluated),
+                        (rate.lines[0], logged)):
+        assert list(line.get_xdata()) == steps, (line.get_label(), list(line.get_xdata()))
 
 
 @pytest.mark.xla
@@ -268,8 +278,7 @@ def test_sigterm_stops_at_a_step_with_a_checkpoint_and_resume_ends_as_the_uninte
     elif point == "during-the-epoch-1-save":
         release = tmp_path / "signal-sent"
         watched = Watched(output, RUN, pause_in_save=True, TEST_PAUSE_UNTIL=str(release))
-        staged = output / "checkpoints" / ".epoch-1.partial" / "random_states_0.pkl"
-        code, text = watched.signal_when(staged.is_file, signal.SIGTERM, then=release.touch)
+        code, text = watched.signal_when(watched.paused.is_file, signal.SIGTERM, then=release.touch)
     else:
         epoch, step = (1, 1) if point == "early-in-epoch-1" else (2, 4)
         watched = Watched(output, RUN)
@@ -320,7 +329,7 @@ def test_sigkill_during_a_step_checkpoint_keeps_the_previous_one(reference, tmp_
     output = tmp_path / "outputs"
     # Step checkpoints at steps 3 and 6; the second one is killed while staged.
     saving = Watched(output, [*RUN, "--save_steps", "3"], pause_in_save=True, TEST_PAUSE_FROM_SAVE="2")
-    saving.kill_when((output / "checkpoints" / ".step-6.partial" / "random_states_0.pkl").is_file, settle=0.5)
+    saving.kill_when(saving.paused.is_file)
     assert latest(output) == "step-3"
     assert read_progress(output / "checkpoints" / "step-3")["epoch_step"] == 3
     result, _ = resume_to_the_end(output, expected, final, resumed_at=3)

@@ -1,7 +1,11 @@
 """The training function on an XLA CPU device and on a plain CPU: report, compilations, counting."""
 
+import csv
+import re
+import shlex
+
 import pytest
-from conftest import quick
+from conftest import PROJECT, quick
 
 # What a run reports and how its demo learns does not depend on the layout: tested in a data-layout project (the fsdp
 # layout's own graphs, epochs and demo are test_fsdp.py's and test_chip_count.py's).
@@ -9,14 +13,29 @@ pytestmark = [pytest.mark.xla, pytest.mark.slow, pytest.mark.layout("data")]
 
 REPORT_FIELDS = (
     "device", "distributed_type", "num_processes", "epochs", "train_examples", "steady_examples_per_second",
-    "eval_accuracy", "eval_examples_counted", "xla_compilations", "compile_seconds", "precision",
+    "eval_accuracy", "eval_macro_f1", "eval_confusion_matrix", "eval_examples_counted", "xla_compilations", "compile_seconds", "precision",
 )
 EVAL_SET_SIZE = 120  # data/demo/eval.csv
+QUICK_THREE_EPOCHS = quick("--num_epochs", "3", "--mixed_precision", "no")
+
+
+def labelled_apart(exported: str) -> tuple[list[int], list[int]]:
+    """(true labels, predicted labels) of the eval file's rows, labelled apart from the run: the exported model in
+    transformers' own pipeline on the host's CPU, one text at a time and unpadded."""
+    from transformers import pipeline
+
+    with open(PROJECT / "data" / "demo" / "eval.csv", newline="", encoding="utf-8") as file:
+        rows = list(csv.DictReader(file))
+    assert len(rows) == EVAL_SET_SIZE
+    classify = pipeline("text-classification", model=exported, device="cpu")
+    labels = classify([row["text"] for row in rows], truncation=True, max_length=64)
+    label_ids = {name: index for index, name in classify.model.config.id2label.items()}
+    return [int(row["label"]) for row in rows], [label_ids[found["label"]] for found in labels]
 
 
 def test_compilations_do_not_grow_with_epochs(run_training):
     """One three-epoch run: epochs 2 and 3 compile nothing that epoch 1 did not."""
-    report, _ = run_training(*quick("--num_epochs", "3", "--mixed_precision", "no"))
+    report, _ = run_training(*QUICK_THREE_EPOCHS)
     for field in REPORT_FIELDS:
         assert field in report, field
     assert report["device"] == "xla:CPU"
@@ -25,7 +44,14 @@ def test_compilations_do_not_grow_with_epochs(run_training):
     assert report["epochs"] == 3
     # 16 per batch over 120 examples: the last eval batch is padded with masked rows.
     assert report["eval_examples_counted"] == EVAL_SET_SIZE
-    assert 0.0 <= report["eval_accuracy"] <= 1.0
+    # The eval metrics are those of the exported model's labels on the host (float32: every row agrees), computed
+    # by scikit-learn: the confusion matrix's counts, the accuracy and macro-F1.
+    from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
+
+    truth, predicted = labelled_apart(report["exported"])
+    assert report["eval_confusion_matrix"] == confusion_matrix(truth, predicted, labels=[0, 1]).tolist()
+    assert report["eval_accuracy"] == accuracy_score(truth, predicted)
+    assert report["eval_macro_f1"] == f1_score(truth, predicted, labels=[0, 1], average="macro", zero_division=0.0)
     # Speeds are reported (compared in the benchmarks, never here: a loaded machine would decide such a test).
     assert report["examples_per_second_with_compilation"] > 0 and report["steady_examples_per_second"] > 0
     assert report["steady_step_seconds"] > 0
@@ -38,6 +64,30 @@ def test_compilations_do_not_grow_with_epochs(run_training):
     assert after_epoch_1 == after_epoch_2 == after_epoch_3
     # One train graph and one eval graph, as the README promises, whatever the number of epochs.
     assert report["xla_compilations"] == 2 and report["recompilations"] == 0
+    assert_the_card_says_what_the_run_did(report, [*QUICK_THREE_EPOCHS, "--output_dir", report["config"]["output_dir"]])
+
+
+def assert_the_card_says_what_the_run_did(report: dict, argv: list[str]) -> None:
+    """The export's README.md, read as the hub reads a model card: its metadata, the data's row counts, settings that
+    parse back to the run's own, the precision, the graphs and every eval number."""
+    from huggingface_hub import ModelCard
+
+    from {{ cookiecutter.project_slug }} import cli
+
+    card = ModelCard.load(f"{report['exported']}/README.md")
+    assert (card.data.pipeline_tag, card.data.library_name, card.data.base_model) == (
+        "text-classification", "transformers", None)  # the demo: built from a config, no base model
+    text = card.text
+    assert "- trained on the demo's shipped files: 96 examples\n- evaluated on 120 examples\n" in text
+    settings = re.search(r"- the settings: `(.+)`", text)[1]
+    assert shlex.split(settings)[:2] == ["python", "train.py"]
+    assert cli.parse(shlex.split(settings)[2:]) == cli.parse(argv)
+    assert "- precision: fp32 (f32->f32, f64->f64 in graph)" in text
+    assert "- on xla:CPU x 1 processes: 2 XLA graphs compiled, 0 after warm-up" in text
+    for name in ("accuracy", "macro_f1", "loss", "precision_0", "recall_1", "f1_1"):
+        assert f"| {name} | {report['eval_' + name]:.4f} |" in text, name
+    for label, row in enumerate(report["eval_confusion_matrix"]):
+        assert f"| true {label} | {' | '.join(map(str, row))} |" in text
 
 
 def test_offline_demo_learns(demo_report):

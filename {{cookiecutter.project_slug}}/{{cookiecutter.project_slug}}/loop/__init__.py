@@ -8,6 +8,7 @@
   callbacks.py        the loop's named points, which the watch and the fault-tolerance features answer
   run_state.py        where the run stands and what it counted
   export.py           the trained model written with save_pretrained (peft's adapter folder under LoRA)
+  model_card.py       the export's README.md: base model, data, settings, precision, graphs, eval metrics
   report.py           the report printed at the end and written to report.json
   host_evaluation.py  the task's metrics of a model on the host's CPU in float32 (what tests compare against)
 

@@ -16,13 +16,18 @@ def evaluate(accelerator, model, loader, metric_dtype=torch.float32, on_step=Non
     """
     model.eval()
     device = accelerator.device
-    counts = devices.device_zeros(len(task.COUNTS), torch.int64, device)
+    counts = None
     for step, batch in enumerate(loader, start=1):
         valid = batch.pop(VALID)
         with torch.no_grad():
-            counts += task.eval_batch(model, batch, valid, metric_dtype)
+            found = task.eval_batch(model, batch, valid, metric_dtype)
+        if counts is None:  # its length is the task's (a classifier's depends on its labels); as data, not a constant
+            counts = devices.device_zeros(found.shape[0], torch.int64, device)
+        counts += found
         devices.sync(device)
         if on_step:
             on_step(step, batch)
+    if counts is None:
+        raise ValueError("evaluation: the eval loader gave this process no batch")
     counts = processes.sum_over_processes(accelerator, counts).tolist()
-    return task.metrics(dict(zip(task.COUNTS, counts, strict=True)))
+    return task.metrics(counts)

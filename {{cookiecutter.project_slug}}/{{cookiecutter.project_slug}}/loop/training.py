@@ -100,7 +100,7 @@ def _training_function(model, config: TrainConfig, lock: run_lock.RunLock) -> di
     )
     if config.export:
         # After the counting: bringing the weights to the host (read back from shards under fsdp) is not training's.
-        report["exported"] = export.export(accelerator, layout, tokenizer, config)
+        report["exported"] = export.export(accelerator, layout, tokenizer, config, report)
 {%- if cookiecutter.task == "causal-lm" %}
     if config.export and config.samples and processes.is_main(accelerator):
         # From the exported folder, on the host: generation compiles nothing on the device (tasks/samples.py).

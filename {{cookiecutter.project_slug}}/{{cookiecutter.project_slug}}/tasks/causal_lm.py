@@ -174,7 +174,8 @@ def eval_batch(model, batch, valid, metric_dtype):
     return torch.stack([valid.sum(), counted.sum(), (fixed * counted).sum(), (non_finite * counted).sum()])
 
 
-def metrics(counts: dict) -> dict:
+def metrics(counts: list) -> dict:
+    counts = dict(zip(COUNTS, counts, strict=True))
     tokens = counts["tokens"]
     loss = from_fixed(counts["loss"]) / tokens if tokens else None
     return {

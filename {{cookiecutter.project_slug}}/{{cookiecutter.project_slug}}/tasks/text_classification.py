@@ -1,7 +1,10 @@
-"""Text classification: a label per text (or text pair), measured by accuracy.
+"""Text classification: a label per text (or text pair), measured by accuracy, macro-F1, each label's precision,
+recall and F1, and the confusion matrix, all from whole-number counts summed on the device.
 
 Each text is tokenized alone and padded to `max_seq_length` (padding="fixed"): one batch shape.
 """
+
+import math
 
 import torch
 from transformers import (
@@ -22,7 +25,7 @@ from ..precision.fixed_point import finite_to_fixed, from_fixed
 NAME = "text-classification"
 DEMO_SHAPE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
 # What evaluation sums on the device, all whole numbers (the loss in fixed point; the examples whose loss was not finite,
-# which stop the run: fault_tolerance/loss_guard.py).
+# which stop the run: fault_tolerance/loss_guard.py), then the confusion matrix's num_labels x num_labels cells.
 COUNTS = ("correct", "counted", "loss", "non_finite")
 AUTO_MODEL = AutoModelForSequenceClassification  # what loads an exported model (outputs/model)
 
@@ -124,31 +127,51 @@ def build_model(config: TrainConfig, demo: bool, vocab_size: int | None = None):
 
 
 def eval_batch(model, batch, valid, metric_dtype):
-    """(correct examples, counted examples, their summed loss in fixed point, non-finite losses) of one batch, on the
-    device.
+    """(correct examples, counted examples, their summed loss in fixed point, non-finite losses, then the confusion
+    matrix's cells, true label by predicted label) of one batch, on the device: one int64 vector of a fixed length.
 
     Each example's loss is computed in `metric_dtype` and rounded to fixed_point's units before the sum, so
-    the sum is exact in every precision level. Masked copies (valid 0) count for nothing.
+    the sum is exact in every precision level. Masked copies (valid 0) count for nothing. The confusion matrix is a
+    sum of one-hot outer products: the same shapes at every batch, so it adds no graph.
     """
     logits = model(**batch).logits
-    per_example = torch.nn.functional.cross_entropy(logits.to(metric_dtype), batch["labels"], reduction="none")
-    hits = (logits.argmax(dim=-1) == batch["labels"]).long() * valid
+    labels, predicted = batch["labels"], logits.argmax(dim=-1)
+    per_example = torch.nn.functional.cross_entropy(logits.to(metric_dtype), labels, reduction="none")
+    hits = (predicted == labels).long() * valid
     fixed, non_finite = finite_to_fixed(per_example)
-    return torch.stack([hits.sum(), valid.sum(), (fixed * valid).sum(), (non_finite * valid).sum()])
+    classes = logits.shape[-1]
+    truth = torch.nn.functional.one_hot(labels, classes) * valid.unsqueeze(1)
+    confusion = (truth.unsqueeze(2) * torch.nn.functional.one_hot(predicted, classes).unsqueeze(1)).sum(dim=0)
+    return torch.cat([torch.stack([hits.sum(), valid.sum(), (fixed * valid).sum(), (non_finite * valid).sum()]),
+                      confusion.flatten().long()])
 
 
-def metrics(counts: dict) -> dict:
-    counted = counts["counted"]
-    return {
-        "eval_accuracy": counts["correct"] / counted if counted else None,
-        "eval_loss": from_fixed(counts["loss"]) / counted if counted else None,
-        "eval_examples_counted": counted,
-        "eval_non_finite_losses": counts["non_finite"],
-    }
+def metrics(counts: list) -> dict:
+    """The eval metrics from the summed counts (eval_batch's vector). Per label: precision, recall and F1 as
+    scikit-learn defines them (a label never predicted, or never present, scores 0); macro-F1 is their mean."""
+    named = dict(zip(COUNTS, counts[: len(COUNTS)], strict=True))
+    cells = counts[len(COUNTS):]
+    classes = math.isqrt(len(cells))
+    confusion = [cells[row * classes:(row + 1) * classes] for row in range(classes)]  # rows: true labels
+    counted = named["counted"]
+    found = {"eval_accuracy": named["correct"] / counted if counted else None,
+             "eval_loss": from_fixed(named["loss"]) / counted if counted else None}
+    f1s = []
+    for label in range(classes):
+        right = confusion[label][label]
+        predicted, present = sum(row[label] for row in confusion), sum(confusion[label])
+        found[f"eval_precision_{label}"] = right / predicted if predicted else 0.0
+        found[f"eval_recall_{label}"] = right / present if present else 0.0
+        f1s.append(2 * right / (predicted + present) if predicted + present else 0.0)
+        found[f"eval_f1_{label}"] = f1s[-1]
+    found["eval_macro_f1"] = sum(f1s) / classes if classes else None
+    return {**found, "eval_examples_counted": counted, "eval_non_finite_losses": named["non_finite"],
+            "eval_confusion_matrix": confusion}
 
 
 def summary(evaluation: dict) -> str:
-    return f"eval loss {evaluation['eval_loss']:.4f}, eval accuracy {evaluation['eval_accuracy']:.4f}"
+    return (f"eval loss {evaluation['eval_loss']:.4f}, eval accuracy {evaluation['eval_accuracy']:.4f}, "
+            f"macro-F1 {evaluation['eval_macro_f1']:.4f}")
 
 
 def facts(train_examples, collator, config: TrainConfig, report: dict) -> dict:

@@ -1,11 +1,13 @@
-"""The run's picture: training loss, the eval metric and the learning rate against the optimizer step, drawn with
-matplotlib from OUTPUT_DIR/metrics.jsonl (so that a resumed run's picture holds the whole run)."""
+"""The run's pictures, drawn with matplotlib from OUTPUT_DIR/metrics.jsonl (so that a resumed run's pictures hold the
+whole run): training loss, the eval metric and the learning rate against the optimizer step (curves.png) and, for a
+classifier, the last evaluation's confusion matrix (confusion.png)."""
 
 import json
 import threading
 from pathlib import Path
 
 CURVES_FILE = "curves.png"
+CONFUSION_FILE = "confusion.png"
 _importing = None  # the thread importing matplotlib while the run trains
 
 
@@ -30,10 +32,53 @@ def _import_matplotlib() -> None:
 
 def draw(metrics_path, picture_path) -> str | None:
     """Write the picture; its path, or None when nothing was logged (--logging_steps 0 and no evaluation)."""
-    records = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()] \
-        if Path(metrics_path).exists() else []
+    records = read(metrics_path)
     if not records:
         return None
+    figure = plotted(records)
+    Path(picture_path).parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(picture_path, dpi=100)
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
+    confusions = [record["eval_confusion_matrix"] for record in records if "eval_confusion_matrix" in record]
+    if confusions:
+        figure = confusion_plotted(confusions[-1])
+        figure.savefig(Path(picture_path).with_name(CONFUSION_FILE), dpi=100)
+        plt.close(figure)
+    return str(picture_path)
+
+
+def confusion_plotted(confusion: list[list[int]]):
+    """The confusion matrix as a picture: true labels down, predicted across, each cell's count written in it."""
+    import matplotlib.pyplot as plt
+
+    classes = len(confusion)
+    size = min(2 + 0.6 * classes, 12)
+    figure, axes = plt.subplots(figsize=(size, size))
+    axes.imshow(confusion, cmap="Blues")
+    largest = max(max(row) for row in confusion) or 1
+    for row in range(classes):
+        for column in range(classes):
+            count = confusion[row][column]
+            axes.text(column, row, str(count), ha="center", va="center",
+                      color="white" if count > largest / 2 else "black")
+    axes.set_xticks(range(classes))
+    axes.set_yticks(range(classes))
+    axes.set_xlabel("predicted label")
+    axes.set_ylabel("true label")
+    axes.set_title("last evaluation")
+    figure.tight_layout()
+    return figure
+
+
+def read(metrics_path) -> list[dict]:
+    path = Path(metrics_path)
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def plotted(records: list[dict]):
+    """The picture's figure, before it is saved: what `draw` writes (the tests read its lines' points)."""
     if _importing is not None:
         _importing.join()
     else:
@@ -57,7 +102,4 @@ def draw(metrics_path, picture_path) -> str | None:
     for axes in (loss_axes, metric_axes, rate_axes):
         axes.grid(alpha=0.3)
     figure.tight_layout()
-    Path(picture_path).parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(picture_path, dpi=100)
-    plt.close(figure)
-    return str(picture_path)
+    return figure
