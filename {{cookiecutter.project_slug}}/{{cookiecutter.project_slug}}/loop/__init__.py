@@ -11,6 +11,7 @@
   model_card.py       the export's README.md: base model, data, settings, precision, graphs, eval metrics
   report.py           the report printed at the end and written to report.json
   host_evaluation.py  the task's metrics of a model on the host's CPU in float32 (what tests compare against)
+  prediction.py       predict.py's loop: an exported model over a file, each row once, in input order
 
 The loop uses every other folder; none of them imports it.
 """

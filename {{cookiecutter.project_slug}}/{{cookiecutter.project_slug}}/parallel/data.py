@@ -79,6 +79,11 @@ class DataParallel:
             accelerator.register_save_state_pre_hook(_trained_weights_only)
         return prepared
 
+    def prepare_prediction(self, accelerator, model, loader):
+        """predict.py: the model on this process's device, this process's share of the batches."""
+        self.model, loader = accelerator.prepare(self.wrap(model), loader)
+        return self.model, loader
+
     def train_batches(self, accelerator, train_loader, epoch: int, skip: int):
         if self.stream is not None:  # resumed at its checkpoint's position (load_state), nothing to skip
             return self.stream.consumed(_on_device(self.stream, accelerator.device))

@@ -88,22 +88,26 @@ class FsdpV2:
         Not `accelerator.prepare`: under SPMD it sees one process and would copy every batch whole to
         every chip, and its optimizer wrapper would add an all-reduce that FSDPv2 does not need.
         """
-        from accelerate.data_loader import prepare_data_loader
-
-        def host_side(loader, **options):
-            prepared = prepare_data_loader(loader, num_processes=self.host.count, process_index=self.host.index,
-                                           put_on_device=False, **options)
-            # On XLA Accelerate always wraps its loader in a device loader that copies each batch whole; the
-            # host-side loader inside it (`_loader`) is what the sharded device loader below is given instead.
-            return getattr(prepared, "_loader", prepared)
-
         if getattr(train_loader, "streams", False):  # this host's own part of a stream already (data/streaming.py)
             self.stream = train_loader
         else:
-            train_loader = host_side(train_loader, use_seedable_sampler=True, data_seed=self.config.seed)
-        eval_loader = host_side(eval_loader)
+            train_loader = self._host_side(train_loader, use_seedable_sampler=True, data_seed=self.config.seed)
+        eval_loader = self._host_side(eval_loader)
         self.optimizer, self.scheduler = optimizer, scheduler
         return model, optimizer, train_loader, eval_loader, scheduler
+
+    def prepare_prediction(self, accelerator, model, loader):
+        """predict.py: the model wrapped as in training (its layers sharded over the chips), this host's batches."""
+        return self.wrap(model), self._host_side(loader)
+
+    def _host_side(self, loader, **options):
+        from accelerate.data_loader import prepare_data_loader
+
+        prepared = prepare_data_loader(loader, num_processes=self.host.count, process_index=self.host.index,
+                                       put_on_device=False, **options)
+        # On XLA Accelerate always wraps its loader in a device loader that copies each batch whole; the
+        # host-side loader inside it (`_loader`) is what the sharded device loader below is given instead.
+        return getattr(prepared, "_loader", prepared)
 
     def train_batches(self, accelerator, train_loader, epoch: int, skip: int):
         from accelerate.data_loader import SkipBatchSampler

@@ -1,0 +1,125 @@
+"""predict.py's command line: an exported model over a CSV or JSON lines file, into a CSV or JSON lines file.
+
+`python predict.py --model outputs/model --input FILE --output PATH`, under the same launchers as train.py. Bad
+input (a model folder without weights, an input without its column, an empty file, an output folder that does not
+exist) is one line naming it, exit status 2, and no output file.
+"""
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import TrainConfig
+
+BASE = TrainConfig()  # the bake's defaults: batch size, sequence length, layout
+
+
+@dataclass
+class PredictConfig:
+    model: str = field(metadata={"help": "The folder train.py exported (OUTPUT_DIR/model)."})
+    input: str = field(metadata={"help": "A CSV or JSON lines file with a text column."})
+    output: str = field(metadata={"help": "Where the predictions go: .csv, else JSON lines."})
+    text_column: str = field(default="text", metadata={"help": "The column to {{ 'continue' if cookiecutter.task == 'causal-lm' else 'label' }}."})
+{%- if cookiecutter.task != "causal-lm" %}
+    text_pair_column: str | None = field(default=None, metadata={"help": "Second text column, if the model was trained with one."})
+    batch_size: int = field(default=BASE.eval_batch_size, metadata={"help": "Per chip; the last batch is padded."})
+    max_seq_length: int = field(default=BASE.max_seq_length, metadata={"help": "Every row padded or cut to this."})
+{%- else %}
+    max_new_tokens: int = field(default=32, metadata={"help": "Tokens generated after each prompt (greedy)."})
+{%- endif %}
+    parallelism: str = field(default=BASE.parallelism, metadata={"help": "data or fsdp: as the model was trained."})
+    report: str | None = field(default=None, metadata={"help": "The run's figures as JSON. Default: OUTPUT.report.json"})
+
+
+def parse(argv=None) -> PredictConfig:
+    from transformers import HfArgumentParser
+
+    (config,) = HfArgumentParser(PredictConfig).parse_args_into_dataclasses(args=argv)
+    return config
+
+
+def check_paths(config: PredictConfig) -> None:
+    from .loop.prediction import PredictionProblem
+
+    model = Path(config.model)
+    if not (model / "config.json").is_file() and not (model / "adapter_config.json").is_file():
+        raise PredictionProblem(f"model={config.model!r}: no config.json there: give the folder train.py exported "
+                                "(OUTPUT_DIR/model)")
+    if not any(model.glob("*.safetensors")) and not any(model.glob("*.bin")):
+        raise PredictionProblem(f"model={config.model!r}: no weights there (*.safetensors): the export is incomplete")
+    if not Path(config.output).resolve().parent.is_dir():
+        raise PredictionProblem(f"output={config.output!r}: its folder does not exist")
+
+
+def run(config: PredictConfig) -> dict:
+    """The predictions written to config.output; the run's figures (also in the report file)."""
+    import torch
+
+    from .data.sources import read_checked
+    from .launch import environment, processes
+    from .loop import prediction
+{%- if cookiecutter.task != "causal-lm" %}
+    from .models.modeling import make_graph_friendly
+{%- endif %}
+    from .parallel import layout_for
+{%- if cookiecutter.task != "causal-lm" %}
+    from .tasks import task
+{%- endif %}
+    from .watch import compilations
+
+    check_paths(config)
+    columns = [config.text_column] + ([config.text_pair_column] if getattr(config, "text_pair_column", None) else [])
+    examples = read_checked(config.input, columns)
+    layout = layout_for(TrainConfig(parallelism=config.parallelism))
+    layout.start()
+    processes.wait_for_forked_siblings()
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=not environment.xla_installed() and not torch.cuda.is_available())
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(config.model)
+    with compilations.counting_compilations() as compiled:
+{%- if cookiecutter.task == "causal-lm" %}
+        predictions, figures = prediction.predict(accelerator, layout, config.model, tokenizer,
+                                                  list(examples[config.text_column]), config)
+{%- else %}
+        texts = list(examples[config.text_column])
+        pairs = list(examples[config.text_pair_column]) if config.text_pair_column else None
+        encoded = tokenizer(texts, pairs, truncation=True, max_length=config.max_seq_length)
+        rows = [{**{name: values[index] for name, values in encoded.items()}, prediction.ROW: index}
+                for index in range(len(texts))]
+        # The attention, cache and hub-kernel settings the model trained with (models/modeling.py): transformers'
+        # default sdpa reads the attention mask back to the host at every batch, a graph of its own on XLA.
+        model = make_graph_friendly(task.AUTO_MODEL.from_pretrained(config.model))
+        predictions, figures = prediction.predict(accelerator, layout, model, tokenizer, rows, config)
+{%- endif %}
+    figures.update(device=str(accelerator.device), processes=accelerator.num_processes,
+                   graphs=compiled["compilations"], input=config.input, output=config.output)
+    if processes.is_main(accelerator):
+        prediction.write_atomically(config.output, predictions)
+        report = Path(config.report or f"{config.output}.report.json")
+        report.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+        print(f"predictions: {config.output} ({figures['examples']} rows); " + ", ".join(
+            f"{name} {value:.4g}" if isinstance(value, float) else f"{name} {value}"
+            for name, value in figures.items() if name not in ("input", "output")))
+    processes.barrier(accelerator)
+    return figures
+
+
+def main(argv=None) -> int:
+    config = parse(argv)
+    from .data.formats import DataProblem
+    from .loop.prediction import PredictionProblem
+
+    try:
+        run(config)
+    except (PredictionProblem, DataProblem) as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
