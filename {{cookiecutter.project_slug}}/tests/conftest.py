@@ -27,13 +27,14 @@ PROJECT = Path(__file__).resolve().parent.parent
 TESTS_LEVEL = "--xla_backend_optimization_level=0"
 TESTS_XLA_FLAGS = f"{TESTS_LEVEL} --xla_cpu_use_fusion_emitters=false"
 os.environ.setdefault("XLA_FLAGS", TESTS_XLA_FLAGS)
-# What torch_xla's import sets in a process's environment, as this process had them before any test imported it. A
-# test that imports the package's tasks in this process imports torch_xla, whose defaults then reach every later
-# run's environment (child_env copies os.environ); such a run differs from the fork server's environment in what its
-# imports set, and the server gives it to a plain subprocess: 5-6 s of imports instead of a fork (seen in make test:
-# the default bake's suite took twice as long after an in-process test of the package's models was added).
-XLA_IMPORT_VARIABLES = ("XLA_FLAGS", "GRPC_VERBOSITY", "TF_CPP_MIN_LOG_LEVEL", "PJRT_DYNAMIC_PLUGINS")
-BEFORE_XLA_IMPORT = {name: os.environ.get(name) for name in XLA_IMPORT_VARIABLES}
+# What imports set in a process's environment (torch_xla's defaults; scikit-learn's KMP_* at its import), as this
+# process had them before any test imported them. A test that imports the package's tasks or scikit-learn in this
+# process would pass them to every later run's environment (child_env copies os.environ); such a run differs from the
+# fork server's environment and the server gives it to a plain subprocess: 5-6 s of imports instead of a fork (seen
+# in make test: the default bake's suite took twice as long after in-process tests of models and metrics came).
+IMPORT_VARIABLES = ("XLA_FLAGS", "GRPC_VERBOSITY", "TF_CPP_MIN_LOG_LEVEL", "PJRT_DYNAMIC_PLUGINS",
+                        "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK")
+BEFORE_IMPORTS = {name: os.environ.get(name) for name in IMPORT_VARIABLES}
 # A long run (tens of steps) is the other way round: a step of the demo's model runs about twice as fast at LLVM's
 # level 1 as at 0, for more than twice the compile seconds (measured on 2 cores, the default demo's 90 steps with the
 # older emitters: 62 s at level 0, 48 s at level 1; a 6-step quick run 24-26 s -> 34.5 s). child_env(long=True) gives
@@ -153,8 +154,8 @@ def child_env(xla: bool = True, long: bool = False, **extra) -> dict:
     """The environment of a run: with or without torch_xla, of tens of steps (`long`: LONG_RUN_LEVEL) or not,
     `extra` on top."""
     started = {name: value for name, value in os.environ.items()
-               if name not in XLA_IMPORT_VARIABLES or BEFORE_XLA_IMPORT[name] is not None}
-    started.update((name, value) for name, value in BEFORE_XLA_IMPORT.items() if value is not None)
+               if name not in IMPORT_VARIABLES or BEFORE_IMPORTS[name] is not None}
+    started.update((name, value) for name, value in BEFORE_IMPORTS.items() if value is not None)
     env = {**started, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **extra}
     if xla:
         env.setdefault("PJRT_DEVICE", "CPU")
