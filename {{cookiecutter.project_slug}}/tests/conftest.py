@@ -153,8 +153,7 @@ def pytest_sessionfinish(session, exitstatus):
 def child_env(xla: bool = True, long: bool = False, **extra) -> dict:
     """The environment of a run: with or without torch_xla, of tens of steps (`long`: LONG_RUN_LEVEL) or not,
     `extra` on top."""
-    started = {name: value for name, value in os.environ.items()
-               if name not in IMPORT_VARIABLES or BEFORE_IMPORTS[name] is not None}
+    started = {name: value for name, value in os.environ.items() if name not in IMPORT_VARIABLES}
     started.update((name, value) for name, value in BEFORE_IMPORTS.items() if value is not None)
     env = {**started, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **extra}
     if xla:

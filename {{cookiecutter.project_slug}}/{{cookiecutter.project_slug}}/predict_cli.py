@@ -85,11 +85,9 @@ def run(config: PredictConfig) -> dict:
         predictions, figures = prediction.predict(accelerator, layout, config.model, tokenizer,
                                                   list(examples[config.text_column]), config)
 {%- else %}
-        texts = list(examples[config.text_column])
-        pairs = list(examples[config.text_pair_column]) if config.text_pair_column else None
-        encoded = tokenizer(texts, pairs, truncation=True, max_length=config.max_seq_length)
-        rows = [{**{name: values[index] for name, values in encoded.items()}, prediction.ROW: index}
-                for index in range(len(texts))]
+        # Tokenized as training tokenizes (the task's batched map), each row numbered for the gathering.
+        rows = task.tokenize(examples, tokenizer, config.text_column, config.text_pair_column, None, config.max_seq_length)
+        rows = rows.add_column(prediction.ROW, list(range(len(rows))))
         # The attention, cache and hub-kernel settings the model trained with (models/modeling.py): transformers'
         # default sdpa reads the attention mask back to the host at every batch, a graph of its own on XLA.
         model = make_graph_friendly(task.AUTO_MODEL.from_pretrained(config.model))

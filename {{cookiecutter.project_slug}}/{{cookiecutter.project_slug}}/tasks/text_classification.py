@@ -31,13 +31,15 @@ AUTO_MODEL = AutoModelForSequenceClassification  # what loads an exported model 
 
 
 def tokenize(split, tokenizer, text_column, text_pair_column, label_column, max_seq_length, workers=None):
-    """Token ids without padding (the collator pads) plus integer labels: datasets' batched map, cached on disk and
-    run in `workers` processes when the split is large enough (data/preparation.py)."""
+    """Token ids without padding (the collator pads) plus integer labels (none without a `label_column`: predict.py's
+    input): datasets' batched map, cached on disk and run in `workers` processes when the split is large enough
+    (data/preparation.py)."""
 
     def encode(rows):
         pairs = rows[text_pair_column] if text_pair_column else None
         encoded = tokenizer(rows[text_column], pairs, truncation=True, max_length=max_seq_length)
-        encoded["labels"] = [int(float(label)) for label in rows[label_column]]
+        if label_column:
+            encoded["labels"] = [int(float(label)) for label in rows[label_column]]
         return encoded
 
     return split.map(encode, batched=True, remove_columns=split.column_names, desc="tokenizing",
