@@ -114,7 +114,8 @@ def test_causal_lm_quick_profile(tmp_path_factory, summary):
     project = bake_into(tmp_path_factory.mktemp("bench-causal-lm"), task="causal-lm")
     results = RESULTS / "causal-lm"
     benchmarks, stdout, wall = run_suite(project, results, "benchmarks-causal-lm")
-    expected = {**FINE_TUNING_EXPECTED, **LM_LOOPS_EXPECTED, "test_lora_against_full_fine_tuning": "lora"}
+    expected = {**FINE_TUNING_EXPECTED, **LM_LOOPS_EXPECTED, "test_lora_against_full_fine_tuning": "lora",
+                **{f"test_generation[{where}]": "causal-lm: generation" for where in ("device", "host")}}
     assert not set(expected) - set(benchmarks), sorted(set(expected) - set(benchmarks))
     for name, group in expected.items():
         assert benchmarks[name]["group"] == group, name
@@ -127,6 +128,9 @@ def test_causal_lm_quick_profile(tmp_path_factory, summary):
     assert packing["fixed"]["recompilations"] == packing["longest"]["recompilations"] == 0
     assert packing["dynamic"]["compilations"] > packing["fixed"]["compilations"]
     # Tokens per second are the table's figures, not asserted: this suite runs beside another (-n 2).
+    generation = {where: info[f"test_generation[{where}]"] for where in ("device", "host")}
+    assert (generation["device"]["graphs"], generation["host"]["graphs"]) == (2, 0)
+    assert generation["device"]["new_tokens"] == generation["host"]["new_tokens"] > 0
     check_fsdp({devices: info[f"test_fsdp_devices[{devices}]"] for devices in (1, 2, 4)})
     check_lora(info["test_lora_against_full_fine_tuning"])
     summary.append(f"causal-lm suite wall time {wall:.0f} s; JSON, table and plot copied to {results}")

@@ -24,13 +24,15 @@ TASK_FILES = {
         f"{ANSWERS['project_slug']}/watch/memory.py", "data/demo",
     ),
     "causal-lm": (
-        f"{ANSWERS['project_slug']}/tasks/causal_lm.py", f"{ANSWERS['project_slug']}/tasks/samples.py",
+        f"{ANSWERS['project_slug']}/tasks/causal_lm.py", f"{ANSWERS['project_slug']}/tasks/samples.py", f"{ANSWERS['project_slug']}/loop/generation.py",
         "tests/test_causal_lm.py", "benchmarks/test_packing.py", f"{ANSWERS['project_slug']}/data/packing.py",
         f"{ANSWERS['project_slug']}/tasks/instructions.py", "tests/test_instructions.py", "tests/chatml_template.jinja",
         f"{ANSWERS['project_slug']}/data/streaming.py", "tests/test_streaming.py",
         "data/demo-lm",
         # The loop against TRL's SFTTrainer (trl: a benchmark dependency of the causal-LM bake only).
         "benchmarks/measure_lm_loops.py", "benchmarks/test_lm_loops.py",
+        # Where predict.py generates fastest: the device's static cache against the host's generate().
+        "benchmarks/test_generation.py",
     ),
 }
 BENCHMARK_FILES = (

@@ -37,7 +37,8 @@ TASK_ONLY = {
         "benchmarks/test_packing.py", "benchmarks/measure_lm_loops.py", "benchmarks/test_lm_loops.py",
         "data/demo-lm/train.csv", "data/demo-lm/eval.csv", "data/demo-lm/instructions-train.jsonl",
         "data/demo-lm/instructions-eval.jsonl", "data/demo-lm/chat_template.jinja", "tests/chatml_template.jinja",
-        "PKG/data/packing.py", "PKG/data/streaming.py", "tests/test_streaming.py",
+        "PKG/data/packing.py", "PKG/data/streaming.py", "tests/test_streaming.py", "PKG/loop/generation.py",
+        "benchmarks/test_generation.py",
     },
 }
 # A Jinja tag left in a baked file. `%}` right after a digit is Python's percent format (f"{share:.1%}").

@@ -123,6 +123,14 @@ VIEWS = {
         "Their eval perplexities (in results.md) are not comparable: packed blocks are evaluated across text "
         "boundaries, rows one text at a time.",
     ),
+    "causal-lm: generation": View(
+        ("generated_on", "new_tokens_per_second", "new_tokens", "graphs", "device_over_host"),
+        "predict.py continuing the same 32 prompts by 32 tokens each with the demo's export, greedily: on the device "
+        "(a static KV cache, batches of 8, its rate after the first batch, which compiles the graphs) and on the host's "
+        "CPU (transformers' generate(), one prompt at a time). New tokens counted up to each end token; graphs "
+        "compiled. On XLA:CPU the device is this machine's CPU too: the ratio is what batching and the static cache "
+        "give here, not what a TPU gives.",
+    ),
     "causal-lm: loops": View(
         # The graphs' ratio is left out: the project's 2 are in the same column.
         ("graphs", "recompilations", "compile_seconds", "steady_tokens_per_second", "model_flops_per_second_per_chip",

@@ -9,6 +9,8 @@ all of its chips: the fsdp layout (SPMD FSDPv2), whatever this project was baked
 per host is what GKE's TPU pods run. output_dir is the bucket, mounted on every host by the Cloud Storage
 FUSE CSI driver: checkpoints must be seen by all hosts. The command always carries `--resume true`, so a
 restarted JobSet continues from the last complete checkpoint (and the first run starts fresh).
+`--entry predict` runs predict.py on every host instead (`-- --model /gcs/... --input /gcs/... --output
+/gcs/...`): the model, the input and the output on the bucket.
 
 Restarts: exit status 75 (preempted: a checkpoint was written) and deaths by a signal restart the whole
 slice, up to --max-restarts times; 2 (bad configuration) and 3 (a non-finite loss) fail at once, since a
@@ -33,6 +35,8 @@ ENTRY = ["-m", {{ (cookiecutter.project_slug ~ ".cli") | tojson }}]
 {%- else %}
 ENTRY = ["train.py"]
 {%- endif %}
+# --entry predict: predict.py (kept in every variant), started on the hosts exactly as the training command is.
+ENTRIES = {"train": ENTRY, "predict": ["predict.py"]}
 PREEMPTED_EXIT = 75  # preemption.py: a checkpoint was written; `--resume` continues
 NOT_RETRIED = (2, 3)  # cli.py: a bad configuration; loss_guard.py: a non-finite loss
 # A container killed by signal N exits 128 + N: SIGKILL (137) at the end of the grace period, SIGTERM (143)
@@ -159,7 +163,9 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--zone", help="Zone for xpk (default: gcloud's)")
     parser.add_argument("--manifest", help="Where to write the JobSet manifest (default: outputs/gke/WORKLOAD.yaml)")
     parser.add_argument("--run", action="store_true", help="Run `xpk workload create` (xpk: $XPK or on PATH)")
-    parser.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then options for the training command")
+    parser.add_argument("--entry", choices=list(ENTRIES), default="train",
+                        help="What every host runs: train (train.py, the default) or predict (predict.py)")
+    parser.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then options for the training (or predict) command")
     args = parser.parse_args(argv)
     if args.train_args[:1] == ["--"]:
         args.train_args = args.train_args[1:]
@@ -185,7 +191,7 @@ def check(args: argparse.Namespace) -> Slice:
         raise BadInput(f"--manifest {args.manifest}: needs --image (with --base-image the image is xpk's to build)")
     for index, arg in enumerate(args.train_args):
         name, _, value = arg.partition("=")
-        if name in OWNED_OPTIONS:
+        if name in OWNED_OPTIONS and args.entry == "train":
             raise BadInput(f"{name}: set by launch_gke.py (the bucket, and --resume true); leave it out after --")
         given = value or " ".join(args.train_args[index + 1:index + 2])
         if name == "--parallelism" and given != "fsdp":
@@ -198,7 +204,10 @@ def output_dir(args: argparse.Namespace) -> str:
 
 
 def train_command(args: argparse.Namespace) -> list[str]:
-    """The command every host runs. --resume true: a restarted slice continues, a first run starts fresh."""
+    """The command every host runs. --resume true: a restarted slice continues, a first run starts fresh.
+    predict.py: its own options (--model, --input, --output: paths under the mount point), the fsdp layout."""
+    if args.entry == "predict":
+        return ["python3", *ENTRIES["predict"], *args.train_args, "--parallelism", "fsdp"]
     return ["python3", *ENTRY, *args.train_args, "--parallelism", "fsdp", "--output_dir", output_dir(args),
             "--resume", "true"]
 

@@ -1,6 +1,8 @@
 """Train on every host of a TPU pod with PyTorch/XLA's own multi-host runtime.
 
     python scripts/launch_pod.py --tpu-name NAME --zone ZONE --project PROJECT [--dry-run] [-- TRAINING OPTIONS]
+    python scripts/launch_pod.py ... --entry predict -- --model M --input FILE --output PATH
+
 
 (or set TPU_NAME, ZONE and PROJECT_ID). Copy this folder to every host and install it there
 (one `gcloud` command for all workers each), then start the same training command on every
@@ -9,6 +11,9 @@ with `[worker I]`. With parallelism data each host's launcher starts one process
 with fsdp each host runs one process that drives all its chips (SPMD). The PJRT runtime joins the
 hosts into one job. When a host fails, the others are stopped (they would wait for it
 forever), the script names the host, and exits with its status.
+
+`--entry predict` starts predict.py on every host the same way, with the same exit statuses: the model and the
+input must be at the same path on every host (the copied folder, or storage they share); host 0 writes the output.
 
 Why not `accelerate launch --tpu_cluster`: it imports torch_xla.distributed.xla_dist,
 which torch_xla 2.1 removed. This is PyTorch/XLA's documented pod recipe instead.
@@ -33,6 +38,8 @@ ENTRY = ["-m", {{ (cookiecutter.project_slug ~ ".cli") | tojson }}]
 {%- else %}
 ENTRY = ["train.py"]
 {%- endif %}
+# --entry predict: predict.py (kept in every variant), started on the hosts exactly as the training command is.
+ENTRIES = {"train": ENTRY, "predict": ["predict.py"]}
 # What never travels: environments, caches and results are per host (and large).
 NOT_COPIED = {".git", ".venv", "outputs", "__pycache__", ".pytest_cache", ".ruff_cache", ".benchmarks", "benchmark-results"}
 # argument, environment variable, what it is
@@ -53,7 +60,9 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, help="Hosts in the pod (default: asked of `gcloud ... describe`)")
     parser.add_argument("--no-install", action="store_true", help="Skip `pip install -e '.[tpu]' -c constraints.txt` on the hosts")
     parser.add_argument("--dry-run", action="store_true", help="Print the gcloud commands instead of running them")
-    parser.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then options for the training script")
+    parser.add_argument("--entry", choices=list(ENTRIES), default="train",
+                        help="What the hosts run: train (train.py, the default) or predict (predict.py)")
+    parser.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then options for the training (or predict) script")
     args = parser.parse_args(argv)
     if args.train_args[:1] == ["--"]:
         args.train_args = args.train_args[1:]
@@ -122,10 +131,11 @@ def train_commands(args: argparse.Namespace, workers) -> list[list[str]]:
     drives all of that host's chips (SPMD); a launcher would start one per chip, each seeing one device.
     """
     if parallelism(args.train_args) == "fsdp":
-        launch = ["python3", *ENTRY, *args.train_args]
+        launch = ["python3", *ENTRIES[args.entry], *args.train_args]
     else:
         # `python3 -m accelerate.commands.launch` is `accelerate launch` without relying on PATH over ssh.
-        launch = ["python3", "-m", "accelerate.commands.launch", "--config_file", args.config, *ENTRY, *args.train_args]
+        launch = ["python3", "-m", "accelerate.commands.launch", "--config_file", args.config, *ENTRIES[args.entry],
+                  *args.train_args]
     command = f"cd {shlex.quote(args.remote_dir)} && PJRT_DEVICE=TPU {shlex.join(launch)}"
     return [on_workers(args, command, worker=worker) for worker in workers]
 

@@ -232,6 +232,16 @@ def test_missing_or_malformed_flags_are_one_line_too(tmp_path, args, message):
     assert jobset is None
 
 
+def test_entry_predict_runs_predict_py_on_every_host_with_its_own_options(tmp_path):
+    flags = ["--model", "/gcs/run/model", "--input", "/gcs/in.csv", "--output", "/gcs/out.csv"]
+    result, jobset = launch(tmp_path, *REQUIRED, "--tpu-type", "v6e-16", "--image", "i", "--entry", "predict", "--", *flags)
+    assert result.returncode == 0, result.stderr
+    (container,) = pod_spec(jobset)["containers"]
+    assert container["command"] == ["python3", "predict.py", *flags, "--parallelism", "fsdp"]
+    create = printed(result, "xpk", "workload", "create")
+    assert create[create.index("--command") + 1] == shlex.join(container["command"])
+
+
 @pytest.mark.parametrize(("train_args", "flag"), [
     (["--output_dir", "here"], "--output_dir"),
     (["--resume=false"], "--resume"),

@@ -199,6 +199,18 @@ def test_pod_dry_run_starts_one_plain_process_per_host_for_fsdp(choice):
     ]
 
 
+def test_pod_entry_predict_starts_predict_py_on_every_host_as_training_starts():
+    flags = ["--model", "outputs/model", "--input", "in.csv", "--output", "out.csv"]
+    commands = {}
+    for entry in ("train", "predict"):
+        result = pod_dry_run(*POD_ARGS, "--workers", "2", "--dry-run", "--no-install", "--entry", entry, "--", *flags)
+        assert result.returncode == 0, result.stderr
+        commands[entry] = [remote_command(shlex.split(line)) for line in result.stdout.strip().splitlines()[-2:]]
+    for trained, predicted in zip(commands["train"], commands["predict"], strict=True):
+        at = trained.index(ENTRY[-1])
+        assert predicted == [*trained[:at + 1 - len(ENTRY)], "predict.py", *flags]
+
+
 def test_pod_script_follows_the_baked_parallelism():
     result = pod_dry_run(*POD_ARGS, "--workers", "1", "--dry-run", "--no-install")
     train = remote_command(shlex.split(result.stdout.strip().splitlines()[-1]))

@@ -5,30 +5,32 @@ file.
 
 import csv
 import json
+import sys
 
 import pytest
-{%- if cookiecutter.task != "causal-lm" %}
 from conftest import (
     NO_XLA_PRELUDE,
     PARALLELISM,
+{%- if cookiecutter.task != "causal-lm" %}
     PROJECT,
+{%- endif %}
     child_env,
     free_port,
     python_code,
     python_command,
+{%- if cookiecutter.task != "causal-lm" %}
     quick,
+{%- endif %}
     run,
     spmd_env,
 )
-{%- else %}
-from conftest import python_command, run
-{%- endif %}
 
 from {{ cookiecutter.project_slug }} import predict_cli
 
 PREDICT = "{{ cookiecutter.project_slug }}.predict_cli"
 {%- if cookiecutter.task != "causal-lm" %}
 EVAL_FILE = PROJECT / "data" / "demo" / "eval.csv"
+{%- endif %}
 # A plain-CPU run in `processes` forked gloo workers (torch_xla hidden), as test_multiprocess trains.
 IN_WORKERS = NO_XLA_PRELUDE + """
 from accelerate import notebook_launcher
@@ -37,7 +39,31 @@ from {{ cookiecutter.project_slug }} import predict_cli
 processes, port, *argv = sys.argv[1:]
 notebook_launcher(predict_cli.run, (predict_cli.parse(argv),), num_processes=int(processes), use_port=port)
 """
-{%- endif %}
+
+
+def launched(*flags) -> tuple[list[str], dict]:
+    """(command, environment) of predict.py on the XLA device as a user starts it: through `accelerate launch` with
+    the local config in the data layout, one plain process driving 4 SPMD devices under fsdp (as the pod script)."""
+    if PARALLELISM == "fsdp":
+        return python_command(*flags, module=PREDICT), spmd_env(4)
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "configs/xla-cpu.yaml",
+            "predict.py", *flags], child_env(PJRT_DEVICE="CPU")
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+@pytest.mark.layout("data")  # under fsdp a host runs predict.py as a plain process: the in-process test above
+def test_bad_input_exits_2_in_one_line_through_the_launcher(tmp_path):
+    """Accelerate's XLA launcher calls main() and drops what it returns: predict.py's refusal must still exit 2."""
+    output = tmp_path / "predicted.csv"
+    (tmp_path / "in.csv").write_text("text\na fine film\n", encoding="utf-8")
+    result = run(*launched("--model", str(tmp_path / "nothing"), "--input", str(tmp_path / "in.csv"),
+                           "--output", str(output)), check=False)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert [line for line in result.stderr.splitlines() if "error: " in line] == [
+        f"error: model={str(tmp_path / 'nothing')!r}: no config.json there: give the folder train.py exported "
+        "(OUTPUT_DIR/model)"]
+    assert not output.exists()
 
 
 def read_rows(path) -> list[dict]:
@@ -47,16 +73,27 @@ def read_rows(path) -> list[dict]:
     return [json.loads(line) for line in open(path, encoding="utf-8")]
 
 
-@pytest.mark.parametrize("case", ["no-weights", "no-column", "empty", "no-output-folder"])
+BAD_INPUT = {
+    "no-weights": "no weights there (*.safetensors): the export is incomplete",
+    "no-column": "no column 'text' (columns: sentence)",
+    "empty": "no examples (empty file or header only)",
+    "no-output-folder": "its folder does not exist",
+{%- if cookiecutter.task == "causal-lm" %}
+    "generate_on": "generate_on='gpu': must be one of device, host",
+    "max_new_tokens": "max_new_tokens=0: must be at least 1",
+    "temperature": "temperature=-1.0: must be 0 (greedy) or above",
+    "host-sampling": "temperature=0.7: the host generates greedily only",
+{%- endif %}
+}
+FLAGS = {"generate_on": ["--generate_on", "gpu"], "max_new_tokens": ["--max_new_tokens", "0"],
+         "temperature": ["--temperature", "-1"], "host-sampling": ["--generate_on", "host", "--temperature", "0.7"]}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT))
 def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path, capsys, local_model, case):
     model, data, output = local_model, tmp_path / "in.csv", tmp_path / "predicted.csv"
     data.write_text("text\na fine film\n", encoding="utf-8")
-    expected = {
-        "no-weights": "no weights there (*.safetensors): the export is incomplete",
-        "no-column": "no column 'text' (columns: sentence)",
-        "empty": "no examples (empty file or header only)",
-        "no-output-folder": "its folder does not exist",
-    }[case]
+    expected = BAD_INPUT[case]
     if case == "no-weights":
         model = tmp_path / "model"
         model.mkdir()
@@ -68,7 +105,7 @@ def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path, capsys, local_mode
     elif case == "no-output-folder":
         output = tmp_path / "missing" / "predicted.csv"
     with pytest.raises(SystemExit) as stopped:
-        predict_cli.main(["--model", str(model), "--input", str(data), "--output", str(output)])
+        predict_cli.main(["--model", str(model), "--input", str(data), "--output", str(output), *FLAGS.get(case, [])])
     assert stopped.value.code == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and expected in errors[0], errors
@@ -79,7 +116,8 @@ def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path, capsys, local_mode
 @pytest.mark.xla
 @pytest.mark.slow
 def test_the_export_labels_the_eval_file_as_its_run_evaluated_it_in_one_graph(run_training, tmp_path):
-    """The export of a float32 run labels the demo's eval file on the device (4 SPMD devices in an fsdp project):
+    """The export of a float32 run labels the demo's eval file on the device (through `accelerate launch`; 4 SPMD
+    devices in an fsdp project):
     1 graph, none after the first batch, each of the 120 rows once in input order, each label the most probable
     class, and as many right as the run's own evaluation counted; the same labels as transformers' pipeline on the
     host's CPU."""
@@ -87,9 +125,8 @@ def test_the_export_labels_the_eval_file_as_its_run_evaluated_it_in_one_graph(ru
 
     report, _ = run_training(*quick("--mixed_precision", "no", "--checkpoint", "false"))
     output = tmp_path / "predicted.csv"
-    env = spmd_env(4) if PARALLELISM == "fsdp" else child_env()
-    run(python_command("--model", report["exported"], "--input", str(EVAL_FILE), "--output", str(output),
-                       "--batch_size", "16", "--max_seq_length", "64", module=PREDICT), env=env)
+    run(*launched("--model", report["exported"], "--input", str(EVAL_FILE), "--output", str(output),
+                  "--batch_size", "16", "--max_seq_length", "64"))
     figures = json.loads(output.with_name(output.name + ".report.json").read_text())
     assert (figures["graphs"], figures["graphs_after_first_batch"], figures["examples"]) == (1, 0, 120)
     rows, truth = read_rows(output), read_rows(EVAL_FILE)
@@ -124,18 +161,65 @@ def test_two_processes_each_label_their_share_and_the_rows_come_back_once_in_ord
 {%- else %}
 
 
+PROMPTS = ("The support team is", "A TPU", "The router is superb", "Data", "A long weekend on rainy days with the")
+
+
+def write_prompts(folder):
+    prompts = folder / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"text": text}) + "\n" for text in PROMPTS), encoding="utf-8")
+    return prompts
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_the_device_continues_each_prompt_as_the_host_does_in_two_graphs(tmp_path, demo_report):
+    """The demo's float32 export continues 5 prompts in batches of 2 (the last padded) on the device (through
+    `accelerate launch`; 4 SPMD devices in an fsdp project): a prefill graph and one decode graph for all 12 steps of all 3 batches, and for each prompt
+    the same greedy continuation as transformers' generate() on the host's CPU (--generate_on host)."""
+    report, _ = demo_report("fp32")
+    prompts, outputs = write_prompts(tmp_path), {where: tmp_path / f"{where}.jsonl" for where in ("device", "host")}
+    for where, output in outputs.items():
+        flags = ("--model", report["exported"], "--input", str(prompts), "--output", str(output),
+                 "--max_new_tokens", "12", "--batch_size", "2", "--generate_on", where)
+        run(*(launched(*flags) if where == "device" else (python_command(*flags, module=PREDICT), child_env())))
+    figures = json.loads(outputs["device"].with_name("device.jsonl.report.json").read_text())
+    assert (figures["graphs"], figures["graphs_after_first_batch"], figures["generated_on"]) == (2, 0, "the device")
+    on_device, on_host = read_rows(outputs["device"]), read_rows(outputs["host"])
+    assert [(row["row"], row["prompt"]) for row in on_device] == list(enumerate(PROMPTS))
+    assert [row["continuation"] for row in on_device] == [row["continuation"] for row in on_host]
+    assert any(row["continuation"].strip() for row in on_device)
+    host_figures = json.loads(outputs["host"].with_name("host.jsonl.report.json").read_text())
+    assert host_figures["generated_on"] == "the host's CPU"
+    assert figures["new_tokens"] == host_figures["new_tokens"] > 0
+
+
 @pytest.mark.slow
 @pytest.mark.layout("data")
-def test_each_prompt_is_continued_once_in_input_order_on_the_host(tmp_path, demo_report):
-    report, _ = demo_report("fp32")
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"text": text}) + "\n" for text in ("The", "A TPU", "Data")), encoding="utf-8")
-    output = tmp_path / "continued.jsonl"
-    run(python_command("--model", report["exported"], "--input", str(prompts), "--output", str(output),
-                       "--max_new_tokens", "8", module=PREDICT))
-    rows = read_rows(output)
-    assert [(row["row"], row["prompt"]) for row in rows] == [(0, "The"), (1, "A TPU"), (2, "Data")]
-    assert all(row["continuation"].strip() for row in rows)
-    figures = json.loads((tmp_path / "continued.jsonl.report.json").read_text())
-    assert figures["generated_on"] == "the host's CPU" and figures["new_tokens_per_second"] > 0
+def test_two_processes_each_continue_their_share_and_the_rows_come_back_once_in_order(tmp_path, local_model):
+    """Two gloo workers on the CPU against one process: the same greedy continuations, each prompt once, in order."""
+    outputs = {count: tmp_path / f"{count}.jsonl" for count in (1, 2)}
+    flags = ["--model", str(local_model), "--input", str(write_prompts(tmp_path)), "--batch_size", "2",
+             "--max_new_tokens", "6", "--parallelism", "data"]
+    run(python_command(*flags, "--output", str(outputs[1]), module=PREDICT, xla=False), env=child_env(xla=False))
+    run(python_code(IN_WORKERS, "2", str(free_port()), *flags, "--output", str(outputs[2]), xla=False),
+        env=child_env(xla=False))
+    alone, shared = read_rows(outputs[1]), read_rows(outputs[2])
+    assert [row["row"] for row in shared] == list(range(len(PROMPTS)))
+    assert json.loads(outputs[2].with_name("2.jsonl.report.json").read_text())["processes"] == 2
+    assert [row["continuation"] for row in alone] == [row["continuation"] for row in shared]
+
+
+def test_sampling_draws_each_token_as_often_as_its_probability():
+    """The Gumbel-max draw against softmax(logits / temperature): 40 000 draws of 4 tokens within 1 % each; a
+    temperature near 0 is the greedy choice."""
+    import torch
+
+    from {{ cookiecutter.project_slug }}.loop import generation
+
+    torch.manual_seed(0)
+    logits = torch.tensor([2.0, 1.0, 0.5, -1.0]).repeat(40_000, 1)
+    for temperature in (1.0, 2.0):
+        drawn = torch.bincount(generation._choose(logits, temperature), minlength=4) / len(logits)
+        assert torch.allclose(drawn, torch.softmax(logits[0] / temperature, dim=0), atol=0.01), (temperature, drawn)
+    assert generation._choose(logits[:100], 1e-6).eq(0).all()
 {%- endif %}

@@ -13,6 +13,9 @@ from pathlib import Path
 from .config import TrainConfig
 
 BASE = TrainConfig()  # the bake's defaults: batch size, sequence length, layout
+{%- if cookiecutter.task == "causal-lm" %}
+GENERATE_ON = ("device", "host")
+{%- endif %}
 
 
 @dataclass
@@ -26,7 +29,11 @@ class PredictConfig:
     batch_size: int = field(default=BASE.eval_batch_size, metadata={"help": "Per chip; the last batch is padded."})
     max_seq_length: int = field(default=BASE.max_seq_length, metadata={"help": "Every row padded or cut to this."})
 {%- else %}
-    max_new_tokens: int = field(default=32, metadata={"help": "Tokens generated after each prompt (greedy)."})
+    max_new_tokens: int = field(default=32, metadata={"help": "Tokens generated after each prompt."})
+    temperature: float = field(default=0.0, metadata={"help": "0: greedy (the most likely token); above 0: sampled."})
+    seed: int = field(default=BASE.seed, metadata={"help": "The sampling's random seed."})
+    batch_size: int = field(default=BASE.eval_batch_size, metadata={"help": "Prompts per chip; the last batch is padded."})
+    generate_on: str = field(default="device", metadata={"help": "device: the XLA device, a static KV cache (2 graphs); host: the host's CPU, one prompt at a time, greedy."})
 {%- endif %}
     parallelism: str = field(default=BASE.parallelism, metadata={"help": "data or fsdp: as the model was trained."})
     report: str | None = field(default=None, metadata={"help": "The run's figures as JSON. Default: OUTPUT.report.json"})
@@ -50,6 +57,17 @@ def check_paths(config: PredictConfig) -> None:
         raise PredictionProblem(f"model={config.model!r}: no weights there (*.safetensors): the export is incomplete")
     if not Path(config.output).resolve().parent.is_dir():
         raise PredictionProblem(f"output={config.output!r}: its folder does not exist")
+{%- if cookiecutter.task == "causal-lm" %}
+    if config.generate_on not in GENERATE_ON:
+        raise PredictionProblem(f"generate_on={config.generate_on!r}: must be one of {', '.join(GENERATE_ON)}")
+    if config.max_new_tokens < 1:
+        raise PredictionProblem(f"max_new_tokens={config.max_new_tokens}: must be at least 1")
+    if not config.temperature >= 0:
+        raise PredictionProblem(f"temperature={config.temperature}: must be 0 (greedy) or above")
+    if config.generate_on == "host" and config.temperature:
+        raise PredictionProblem(f"temperature={config.temperature}: the host generates greedily only (temperature 0); "
+                                "sample with --generate_on device")
+{%- endif %}
 
 
 def run(config: PredictConfig) -> dict:
@@ -59,9 +77,7 @@ def run(config: PredictConfig) -> dict:
     from .data.sources import read_checked
     from .launch import environment, processes
     from .loop import prediction
-{%- if cookiecutter.task != "causal-lm" %}
     from .models.modeling import make_graph_friendly
-{%- endif %}
     from .parallel import layout_for
 {%- if cookiecutter.task != "causal-lm" %}
     from .tasks import task
@@ -82,7 +98,14 @@ def run(config: PredictConfig) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(config.model)
     with compilations.counting_compilations() as compiled:
 {%- if cookiecutter.task == "causal-lm" %}
-        predictions, figures = prediction.predict(accelerator, layout, config.model, tokenizer,
+        from accelerate.utils import set_seed
+
+        from .tasks import samples
+
+        set_seed(config.seed)  # the sampling's draws (torch_xla's generator too)
+        # The attention and hub-kernel settings the model trained with (models/modeling.py); a LoRA export via peft.
+        model = make_graph_friendly(samples.load_for_generation(config.model)) if config.generate_on == "device" else None
+        predictions, figures = prediction.predict(accelerator, layout, model, tokenizer,
                                                   list(examples[config.text_column]), config)
 {%- else %}
         # Tokenized as training tokenizes (the task's batched map), each row numbered for the gathering.

@@ -55,9 +55,15 @@ def load_for_generation(folder: Path):
     return model.eval()
 
 
-def continue_greedily(folder: Path, tokenizer, prompts: list[str], new_tokens: int = NEW_TOKENS) -> list[dict]:
-    """Each prompt and its greedy continuation (the decoded new tokens only), one prompt at a time (no padding)."""
-    model = load_for_generation(folder)
+def continue_greedily(folder: Path, tokenizer, prompts: list[str], new_tokens: int = NEW_TOKENS,
+                      counted: bool = False) -> list[dict]:
+    """Each prompt and its greedy continuation (the decoded new tokens only), one prompt at a time (no padding);
+    `counted`: with the number of new tokens before the end token ("new_tokens")."""
+    return continue_with(load_for_generation(folder), tokenizer, prompts, new_tokens, counted)
+
+
+def continue_with(model, tokenizer, prompts: list[str], new_tokens: int = NEW_TOKENS, counted: bool = False) -> list[dict]:
+    """continue_greedily with a model already loaded (predict.py times the generation alone)."""
     samples = []
     with torch.no_grad():
         for prompt in prompts:
@@ -68,7 +74,11 @@ def continue_greedily(folder: Path, tokenizer, prompts: list[str], new_tokens: i
                 input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, do_sample=False,
                 pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
             )
-            samples.append({"prompt": prompt, "continuation": tokenizer.decode(output[0, ids.shape[1]:], skip_special_tokens=True)})
+            made = output[0, ids.shape[1]:].tolist()
+            sample = {"prompt": prompt, "continuation": tokenizer.decode(made, skip_special_tokens=True)}
+            if counted:  # generate() stops at the end token and keeps it
+                sample["new_tokens"] = len(made) - (made[-1:] == [tokenizer.eos_token_id])
+            samples.append(sample)
     return samples
 
 

@@ -1,0 +1,53 @@
+"""Where predict.py generates fastest: on the device (a static KV cache, batches of prompts, 2 graphs) or on the host's
+CPU (transformers' generate(), one prompt at a time, as the run's samples are).
+
+Both continue the same 32 prompts (the first words of the demo's eval texts) by the same number of tokens with the
+demo's export, greedily; each is predict.py's own run, read from its report. The device's rate is the steady one,
+after its first batch (which compiles its 2 graphs); the host compiles nothing. On XLA:CPU the "device" is this
+machine's CPU too: the ratio says what batching and the static cache give here, not what a TPU gives.
+"""
+
+import csv
+import json
+
+import pytest
+
+from .project_runs import PROJECT, run_project
+
+PROMPTS, WORDS, NEW_TOKENS, BATCH = 32, 5, 32, 8
+RESULTS = {}
+
+
+@pytest.fixture(scope="module")
+def export_and_prompts(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("generation")
+    report = run_project(folder / "outputs", "--demo", "true", "--max_steps", "4", "--mixed_precision", "no",
+                         "--checkpoint", "false")
+    with open(PROJECT / "data" / "demo-lm" / "eval.csv", newline="", encoding="utf-8") as file:
+        texts = [row["text"] for row in csv.DictReader(file)][:PROMPTS]
+    prompts = folder / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"text": " ".join(text.split()[:WORDS])}) + "\n" for text in texts),
+                       encoding="utf-8")
+    return report["exported"], prompts
+
+
+@pytest.mark.benchmark(group="causal-lm: generation")
+@pytest.mark.parametrize("where", ["device", "host"])
+def test_generation(benchmark, tmp_path, export_and_prompts, where):
+    model, prompts = export_and_prompts
+    report = benchmark.pedantic(run_project, args=(
+        tmp_path / "continued.jsonl", "--model", model, "--input", str(prompts), "--generate_on", where,
+        "--max_new_tokens", str(NEW_TOKENS), "--batch_size", str(BATCH), "--parallelism", "data",
+    ), kwargs={"module": "predict_cli"}, rounds=1, iterations=1)
+    rate = report["steady_new_tokens_per_second"] if where == "device" else report["new_tokens_per_second"]
+    RESULTS[where] = (report, rate)
+    benchmark.extra_info.update(
+        headline="new_tokens_per_second", generated_on=report["generated_on"], new_tokens_per_second=rate,
+        new_tokens=report["new_tokens"], graphs=report["graphs"], prompts=report["examples"], device=report["device"],
+    )
+    if where == "device":
+        assert (report["graphs"], report["graphs_after_first_batch"]) == (2, 0)
+    if len(RESULTS) == 2:
+        (device, device_rate), (host, host_rate) = RESULTS["device"], RESULTS["host"]
+        assert device["new_tokens"] == host["new_tokens"]  # the same continuations' lengths: the same work counted
+        benchmark.extra_info["device_over_host"] = device_rate / host_rate
