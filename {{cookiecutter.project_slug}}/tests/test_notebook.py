@@ -5,6 +5,7 @@ in the project folder, shrinks the training through NOTEBOOK_OVERRIDES (the same
 run as the other tests) and reads the report the main process wrote.
 """
 
+import csv
 import json
 import math
 import re
@@ -61,6 +62,13 @@ def output_text(notebook, cell_id: str) -> str:
     return "".join(output.get("text", "") for output in cell.outputs)
 
 
+def eval_rows() -> int:
+    from {{ cookiecutter.project_slug }}.data.sources import DEMO_FILES
+
+    with open(DEMO_FILES["eval"], newline="", encoding="utf-8") as file:
+        return sum(1 for _ in csv.DictReader(file))
+
+
 def check_report(notebook, output_dir, device, distributed_type, num_processes):
     report = json.loads((output_dir / "report.json").read_text())
     assert report["device"] == device
@@ -71,6 +79,12 @@ def check_report(notebook, output_dir, device, distributed_type, num_processes):
     assert math.isfinite(report[METRIC])
     shown = output_text(notebook, "report")
     assert METRIC in shown and f"{report[METRIC]:.4g}" in shown
+    # Section 7: the export over the demo's eval file through predict.py's function, launched as training was.
+    rows = [json.loads(line) for line in (output_dir / "predictions.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [row["row"] for row in rows] == list(range(eval_rows()))
+    figures = json.loads((output_dir / "predictions.jsonl.report.json").read_text())
+    assert (figures["processes"], figures["graphs"]) == (num_processes, None if device == "cpu" else 1)
+    assert json.dumps(rows[0], ensure_ascii=False) in output_text(notebook, "predict")
     model_cell = output_text(notebook, "model")
     if SHARED_MODEL:
         assert "parameters, on cpu" in model_cell  # built once in the notebook's process, left on the host

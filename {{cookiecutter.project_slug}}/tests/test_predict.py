@@ -5,7 +5,9 @@ file.
 
 import csv
 import json
+import shutil
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import (
@@ -66,6 +68,19 @@ def test_bad_input_exits_2_in_one_line_through_the_launcher(tmp_path):
     assert not output.exists()
 
 
+def from_a_hub_split(tmp_path, flags: list[str]):
+    """predict.py's output for the input of `flags` read as a hub data set's validation split (a local folder laid
+    out like one: what datasets.load_dataset reads for a hub name), in one plain CPU process."""
+    given = Path(flags[flags.index("--input") + 1])
+    hub = tmp_path / "hub-like"
+    hub.mkdir()
+    shutil.copy(given, hub / f"validation{given.suffix}")
+    output = tmp_path / "from-the-hub.jsonl"
+    flags = [*flags[:flags.index("--input") + 1], str(hub), "--split", "validation", *flags[flags.index("--input") + 2:]]
+    run(python_command(*flags, "--output", str(output), module=PREDICT, xla=False), env=child_env(xla=False))
+    return output
+
+
 def read_rows(path) -> list[dict]:
     if str(path).endswith(".csv"):
         with open(path, newline="", encoding="utf-8") as file:
@@ -78,14 +93,20 @@ BAD_INPUT = {
     "no-column": "no column 'text' (columns: sentence)",
     "empty": "no examples (empty file or header only)",
     "no-output-folder": "its folder does not exist",
-{%- if cookiecutter.task == "causal-lm" %}
+    "no-input": "no such file or folder",
+    "no-split": "in.csv has no such split (splits: validation)",
+{%- if cookiecutter.task != "causal-lm" %}
+    "max_seq_length": "max_seq_length=100000: must be from 1 to",
+{%- else %}
+    "too-many-tokens": "max_new_tokens=100000: must be below",
     "generate_on": "generate_on='gpu': must be one of device, host",
     "max_new_tokens": "max_new_tokens=0: must be at least 1",
     "temperature": "temperature=-1.0: must be 0 (greedy) or above",
     "host-sampling": "temperature=0.7: the host generates greedily only",
 {%- endif %}
 }
-FLAGS = {"generate_on": ["--generate_on", "gpu"], "max_new_tokens": ["--max_new_tokens", "0"],
+FLAGS = {"max_seq_length": ["--max_seq_length", "100000"], "too-many-tokens": ["--max_new_tokens", "100000"],
+         "generate_on": ["--generate_on", "gpu"], "max_new_tokens": ["--max_new_tokens", "0"],
          "temperature": ["--temperature", "-1"], "host-sampling": ["--generate_on", "host", "--temperature", "0.7"]}
 
 
@@ -104,6 +125,12 @@ def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path, capsys, local_mode
         data.write_text("text\n", encoding="utf-8")
     elif case == "no-output-folder":
         output = tmp_path / "missing" / "predicted.csv"
+    elif case == "no-input":
+        data = tmp_path / "missing.csv"
+    elif case == "no-split":  # a folder laid out like a hub data set, without the split asked for (test)
+        data.unlink()
+        data.mkdir()
+        (data / "validation.csv").write_text("text\na fine film\n", encoding="utf-8")
     with pytest.raises(SystemExit) as stopped:
         predict_cli.main(["--model", str(model), "--input", str(data), "--output", str(output), *FLAGS.get(case, [])])
     assert stopped.value.code == 2
@@ -145,11 +172,13 @@ def test_the_export_labels_the_eval_file_as_its_run_evaluated_it_in_one_graph(ru
 @pytest.mark.slow
 @pytest.mark.layout("data")
 def test_two_processes_each_label_their_share_and_the_rows_come_back_once_in_order(tmp_path, local_model):
-    """Two gloo workers on the CPU against one process: the same file, the same labels and probabilities."""
+    """Two gloo workers on the CPU against one process: the same file, the same labels and probabilities; the same
+    file as a hub data set's split, the same rows."""
     outputs = {count: tmp_path / f"{count}.jsonl" for count in (1, 2)}
     flags = ["--model", str(local_model), "--input", str(EVAL_FILE), "--batch_size", "16", "--max_seq_length", "64",
              "--parallelism", "data"]
     run(python_command(*flags, "--output", str(outputs[1]), module=PREDICT, xla=False), env=child_env(xla=False))
+    assert read_rows(from_a_hub_split(tmp_path, flags)) == read_rows(outputs[1])
     run(python_code(IN_WORKERS, "2", str(free_port()), *flags, "--output", str(outputs[2]), xla=False),
         env=child_env(xla=False))
     alone, shared = read_rows(outputs[1]), read_rows(outputs[2])
@@ -196,11 +225,13 @@ def test_the_device_continues_each_prompt_as_the_host_does_in_two_graphs(tmp_pat
 @pytest.mark.slow
 @pytest.mark.layout("data")
 def test_two_processes_each_continue_their_share_and_the_rows_come_back_once_in_order(tmp_path, local_model):
-    """Two gloo workers on the CPU against one process: the same greedy continuations, each prompt once, in order."""
+    """Two gloo workers on the CPU against one process: the same greedy continuations, each prompt once, in order;
+    the same file as a hub data set's split, the same rows."""
     outputs = {count: tmp_path / f"{count}.jsonl" for count in (1, 2)}
     flags = ["--model", str(local_model), "--input", str(write_prompts(tmp_path)), "--batch_size", "2",
              "--max_new_tokens", "6", "--parallelism", "data"]
     run(python_command(*flags, "--output", str(outputs[1]), module=PREDICT, xla=False), env=child_env(xla=False))
+    assert read_rows(from_a_hub_split(tmp_path, flags)) == read_rows(outputs[1])
     run(python_code(IN_WORKERS, "2", str(free_port()), *flags, "--output", str(outputs[2]), xla=False),
         env=child_env(xla=False))
     alone, shared = read_rows(outputs[1]), read_rows(outputs[2])

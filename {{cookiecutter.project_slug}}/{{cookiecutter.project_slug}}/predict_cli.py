@@ -21,13 +21,14 @@ GENERATE_ON = ("device", "host")
 @dataclass
 class PredictConfig:
     model: str = field(metadata={"help": "The folder train.py exported (OUTPUT_DIR/model)."})
-    input: str = field(metadata={"help": "A CSV or JSON lines file with a text column."})
+    input: str = field(metadata={"help": "A CSV or JSON lines file with a text column, or a hub data set (name or name/config) or a folder laid out like one, with --split."})
     output: str = field(metadata={"help": "Where the predictions go: .csv, else JSON lines."})
+    split: str = field(default="test", metadata={"help": "The split of a hub data set (--input) to read."})
     text_column: str = field(default="text", metadata={"help": "The column to {{ 'continue' if cookiecutter.task == 'causal-lm' else 'label' }}."})
 {%- if cookiecutter.task != "causal-lm" %}
     text_pair_column: str | None = field(default=None, metadata={"help": "Second text column, if the model was trained with one."})
     batch_size: int = field(default=BASE.eval_batch_size, metadata={"help": "Per chip; the last batch is padded."})
-    max_seq_length: int = field(default=BASE.max_seq_length, metadata={"help": "Every row padded or cut to this."})
+    max_seq_length: int | None = field(default=None, metadata={"help": f"Every row padded or cut to this. Default: {BASE.max_seq_length}, or the model's positions if fewer."})
 {%- else %}
     max_new_tokens: int = field(default=32, metadata={"help": "Tokens generated after each prompt."})
     temperature: float = field(default=0.0, metadata={"help": "0: greedy (the most likely token); above 0: sampled."})
@@ -57,7 +58,17 @@ def check_paths(config: PredictConfig) -> None:
         raise PredictionProblem(f"model={config.model!r}: no weights there (*.safetensors): the export is incomplete")
     if not Path(config.output).resolve().parent.is_dir():
         raise PredictionProblem(f"output={config.output!r}: its folder does not exist")
-{%- if cookiecutter.task == "causal-lm" %}
+    positions = _positions(model)
+{%- if cookiecutter.task != "causal-lm" %}
+    if config.max_seq_length is None:
+        config.max_seq_length = min(BASE.max_seq_length, positions or BASE.max_seq_length)
+    elif config.max_seq_length < 1 or (positions and config.max_seq_length > positions):
+        limit = f"from 1 to {positions}, the positions the model has" if positions else "at least 1"
+        raise PredictionProblem(f"max_seq_length={config.max_seq_length}: must be {limit}")
+{%- else %}
+    if positions and config.max_new_tokens >= positions:
+        raise PredictionProblem(f"max_new_tokens={config.max_new_tokens}: must be below {positions}, the positions "
+                                "the model has for a prompt and its continuation together")
     if config.generate_on not in GENERATE_ON:
         raise PredictionProblem(f"generate_on={config.generate_on!r}: must be one of {', '.join(GENERATE_ON)}")
     if config.max_new_tokens < 1:
@@ -70,11 +81,48 @@ def check_paths(config: PredictConfig) -> None:
 {%- endif %}
 
 
+
+
+def _positions(model: Path) -> int | None:
+    """The longest row the exported model reads (its config's max_position_embeddings), None if it does not say."""
+    if not (model / "config.json").is_file():  # a LoRA export: the adapter alone (its base model says)
+        return None
+    return json.loads((model / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
+
+
+def read_input(config: PredictConfig, columns: list[str]):
+    """The examples of --input: a file checked row by row as training's files are, else a split of a hub data set (or
+    of a local folder laid out like one: validation.csv, test.jsonl, ...), said in one line when it is neither."""
+    from .data.hub import load_hub_dataset, looks_local
+    from .data.sources import read_checked
+    from .loop.prediction import PredictionProblem
+
+    path = Path(config.input)
+    if path.is_file():
+        return read_checked(config.input, columns)
+    if looks_local(config.input) and not path.is_dir():
+        raise PredictionProblem(f"input={config.input!r}: no such file or folder")
+    try:
+        loaded = load_hub_dataset(config.input)
+    except Exception as error:  # offline, no such data set, no files it can read: datasets' own words, first line
+        said = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise PredictionProblem(f"input={config.input!r}: not a file, and not a data set to load ({said})") from None
+    if config.split not in loaded:
+        raise PredictionProblem(f"split={config.split!r}: {config.input} has no such split (splits: {', '.join(loaded)})")
+    examples = loaded[config.split]
+    missing = [column for column in columns if column not in examples.column_names]
+    if missing:
+        raise PredictionProblem(f"input={config.input!r} split {config.split!r}: no column {missing[0]!r} "
+                                f"(columns: {', '.join(examples.column_names)})")
+    if len(examples) == 0:
+        raise PredictionProblem(f"input={config.input!r} split {config.split!r}: no examples")
+    return examples
+
+
 def run(config: PredictConfig) -> dict:
     """The predictions written to config.output; the run's figures (also in the report file)."""
     import torch
 
-    from .data.sources import read_checked
     from .launch import environment, processes
     from .loop import prediction
     from .models.modeling import make_graph_friendly
@@ -86,7 +134,7 @@ def run(config: PredictConfig) -> dict:
 
     check_paths(config)
     columns = [config.text_column] + ([config.text_pair_column] if getattr(config, "text_pair_column", None) else [])
-    examples = read_checked(config.input, columns)
+    examples = read_input(config, columns)
     layout = layout_for(TrainConfig(parallelism=config.parallelism))
     layout.start()
     processes.wait_for_forked_siblings()
