@@ -2,7 +2,7 @@
 CPU (transformers' generate(), one prompt at a time, as the run's samples are).
 
 Both continue the same 32 prompts (the first words of the demo's eval texts) by the same number of tokens with the
-demo's export, greedily; each is predict.py's own run, read from its report. The device's rate is the steady one,
+demo's export, greedily, in float32; each is predict.py's own run, read from its report. The device's rate is the steady one,
 after its first batch (which compiles its 2 graphs); the host compiles nothing. On XLA:CPU the "device" is this
 machine's CPU too: the ratio says what batching and the static cache give here, not what a TPU gives.
 """
@@ -38,6 +38,7 @@ def test_generation(benchmark, tmp_path, export_and_prompts, where):
     report = benchmark.pedantic(run_project, args=(
         tmp_path / "continued.jsonl", "--model", model, "--input", str(prompts), "--generate_on", where,
         "--max_new_tokens", str(NEW_TOKENS), "--batch_size", str(BATCH), "--parallelism", "data",
+        "--mixed_precision", "no",  # float32 both ways: the same arithmetic, the same continuations
     ), kwargs={"module": "predict_cli"}, rounds=1, iterations=1)
     rate = report["steady_new_tokens_per_second"] if where == "device" else report["new_tokens_per_second"]
     RESULTS[where] = (report, rate)

@@ -13,6 +13,7 @@ from pathlib import Path
 from .config import TrainConfig
 
 BASE = TrainConfig()  # the bake's defaults: batch size, sequence length, layout
+PRECISIONS = {"bf16": "bf16", "no": "fp32"}  # --mixed_precision: the training level it runs the forward at
 {%- if cookiecutter.task == "causal-lm" %}
 GENERATE_ON = ("device", "host")
 {%- endif %}
@@ -36,6 +37,7 @@ class PredictConfig:
     batch_size: int = field(default=BASE.eval_batch_size, metadata={"help": "Prompts per chip; the last batch is padded."})
     generate_on: str = field(default="device", metadata={"help": "device: the XLA device, a static KV cache (2 graphs); host: the host's CPU, one prompt at a time, greedy."})
 {%- endif %}
+    mixed_precision: str = field(default={{ cookiecutter.mixed_precision | tojson }}, metadata={"help": "bf16: the forward under torch.autocast(bfloat16), as training's default level; no: float32."})
     parallelism: str = field(default=BASE.parallelism, metadata={"help": "data or fsdp: as the model was trained."})
     report: str | None = field(default=None, metadata={"help": "The run's figures as JSON. Default: OUTPUT.report.json"})
 
@@ -58,6 +60,8 @@ def check_paths(config: PredictConfig) -> None:
         raise PredictionProblem(f"model={config.model!r}: no weights there (*.safetensors): the export is incomplete")
     if not Path(config.output).resolve().parent.is_dir():
         raise PredictionProblem(f"output={config.output!r}: its folder does not exist")
+    if config.mixed_precision not in PRECISIONS:
+        raise PredictionProblem(f"mixed_precision={config.mixed_precision!r}: must be one of {', '.join(PRECISIONS)}")
     positions = _positions(model)
 {%- if cookiecutter.task != "causal-lm" %}
     if config.max_seq_length is None:
@@ -88,6 +92,16 @@ def _positions(model: Path) -> int | None:
     if not (model / "config.json").is_file():  # a LoRA export: the adapter alone (its base model says)
         return None
     return json.loads((model / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
+
+
+def at_precision(model, config: PredictConfig, device, figures: dict):
+    """The model's forward at --mixed_precision, applied and checked as training applies its level
+    (precision/levels.py: autocast around the forward, verified in a lowered graph on XLA); said in `figures`."""
+    from .precision import levels
+
+    report = levels.realise(PRECISIONS[config.mixed_precision], device)
+    figures.update(precision=report.effective, precision_via=report.via)
+    return levels.apply_to_model(model, report, device)
 
 
 def read_input(config: PredictConfig, columns: list[str]):
@@ -144,6 +158,7 @@ def run(config: PredictConfig) -> dict:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(config.model)
+    precision_figures = {}
     with compilations.counting_compilations() as compiled:
 {%- if cookiecutter.task == "causal-lm" %}
         from accelerate.utils import set_seed
@@ -153,6 +168,8 @@ def run(config: PredictConfig) -> dict:
         set_seed(config.seed)  # the sampling's draws (torch_xla's generator too)
         # The attention and hub-kernel settings the model trained with (models/modeling.py); a LoRA export via peft.
         model = make_graph_friendly(samples.load_for_generation(config.model)) if config.generate_on == "device" else None
+        if model is not None:
+            model = at_precision(model, config, accelerator.device, precision_figures)
         predictions, figures = prediction.predict(accelerator, layout, model, tokenizer,
                                                   list(examples[config.text_column]), config)
 {%- else %}
@@ -161,9 +178,11 @@ def run(config: PredictConfig) -> dict:
         rows = rows.add_column(prediction.ROW, list(range(len(rows))))
         # The attention, cache and hub-kernel settings the model trained with (models/modeling.py): transformers'
         # default sdpa reads the attention mask back to the host at every batch, a graph of its own on XLA.
-        model = make_graph_friendly(task.AUTO_MODEL.from_pretrained(config.model))
+        model = at_precision(make_graph_friendly(task.AUTO_MODEL.from_pretrained(config.model)), config,
+                             accelerator.device, precision_figures)
         predictions, figures = prediction.predict(accelerator, layout, model, tokenizer, rows, config)
 {%- endif %}
+    figures.update(precision_figures)
     figures.update(device=str(accelerator.device), processes=accelerator.num_processes,
                    graphs=compiled["compilations"], input=config.input, output=config.output)
     if processes.is_main(accelerator):
