@@ -216,6 +216,29 @@ REPORT = """report = json.loads(config.report_path.read_text())
 print(config.report_path)
 print(format_table(report))"""
 
+PREDICT_WHY = """## 7. Use your model
+
+The run exported the model (`report["exported"]`, `outputs/model`). `predict.py`'s function {% if cookiecutter.task == 'causal-lm' %}continues each prompt
+of a file with it, on the device (a static KV cache, two graphs){% else %}labels a file with it on the device, in one
+graph{% endif %}, launched as training was: here the eval file (yours, or the demo's), into
+`outputs/predictions.jsonl`, with its report beside it. `PredictConfig` takes predict.py's options
+(`python predict.py --help`); for a hub data set give `input=config.dataset, split="validation"` and its text column."""
+
+PREDICT = """from {{ cookiecutter.project_slug }} import predict_cli
+from {{ cookiecutter.project_slug }}.data.sources import DEMO_FILES
+
+predict = predict_cli.PredictConfig(
+    model=report["exported"], input=str(config.eval_file or DEMO_FILES["eval"]),
+    output=os.path.join(config.output_dir, "predictions.jsonl"), parallelism=config.parallelism,{% if cookiecutter.task == 'causal-lm' %}
+    max_new_tokens=16,{% endif %}
+)
+if config.parallelism == "fsdp":
+    predict_cli.run(predict)  # this process drives every chip, as in training
+else:
+    notebook_launcher(predict_cli.run, (predict,), **launch_options)
+with open(predict.output, encoding="utf-8") as file:
+    print(*file.readlines()[:3], sep="")"""
+
 AFTER_CRASH = f"""## If it crashed
 
 - **`SIGSEGV` or `SIGKILL` while the processes start**: host memory ran out.
@@ -253,6 +276,8 @@ def build() -> str:
         new_code_cell(LAUNCH, id="launch"),
         new_markdown_cell(REPORT_WHY, id="report-why"),
         new_code_cell(REPORT, id="report"),
+        new_markdown_cell(PREDICT_WHY, id="predict-why"),
+        new_code_cell(PREDICT, id="predict"),
         new_markdown_cell(AFTER_CRASH, id="after-crash"),
     ]
     notebook = new_notebook(cells=cells, metadata={
