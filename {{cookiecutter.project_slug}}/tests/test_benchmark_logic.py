@@ -377,13 +377,17 @@ def test_sleepless(benchmark):
 def test_pytest_benchmark_compare_reads_two_saved_runs(tmp_path):
     (tmp_path / "test_tiny.py").write_text(BENCHMARK_FILE)
     saved = []
+    # The inner runs are plain pytest runs: not xdist workers, whatever runs this test (pytest-benchmark turns itself
+    # off where it sees xdist).
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS"))}
     for name in ("first", "second"):
         path = tmp_path / f"{name}.json"
-        subprocess.run(
+        ran = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_tiny.py"),
              f"--benchmark-json={path}"],
-            cwd=tmp_path, check=True, capture_output=True, timeout=300,
+            cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env,
         )
+        assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
         assert json.loads(path.read_text())["benchmarks"][0]["extra_info"] == {"compilations": 3}
         saved.append(str(path))
     # The `pytest-benchmark compare` command, through this interpreter (its module has no __main__).
