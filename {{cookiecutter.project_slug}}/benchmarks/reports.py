@@ -125,7 +125,7 @@ VIEWS = {
     ),
     "causal-lm: generation": View(
         ("generated_on", "new_tokens_per_second", "new_tokens", "graphs", "device_over_host"),
-        "predict.py continuing the same 32 prompts by 32 tokens each with the demo's export, greedily: on the device "
+        "predict.py continuing the same 32 prompts by 32 tokens each with the demo's model (untrained), greedily, in float32: on the device "
         "(a static KV cache, batches of 8, its rate after the first batch, which compiles the graphs) and on the host's "
         "CPU (transformers' generate(), one prompt at a time). New tokens counted up to each end token; graphs "
         "compiled. On XLA:CPU the device is this machine's CPU too: the ratio is what batching and the static cache "

@@ -86,6 +86,9 @@ OTHER_TOOLS = {
 
 @pytest.mark.parametrize(("given", "message"), [
     ({"num_epochs": True}, "num_epochs=True: must be a positive whole number"),  # a bool is no count
+    ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps=0: must be a positive whole number"),
+    ({"profile_steps": "3-2"}, "profile_steps='3-2': must be A-B, the first and last optimizer step to trace "
+                               "(1 <= A <= B), or A alone"),
     ({"resume": True, "overwrite_output_dir": True}, "resume=True and overwrite_output_dir=True: give one of the two "
                                                      "(continue the earlier run, or remove it)"),
 ])

@@ -117,12 +117,10 @@ def test_a_failed_run_exits_non_zero_through_accelerate_launch_on_xla(tmp_path):
 @pytest.mark.xla
 @pytest.mark.machinery
 @pytest.mark.slow
+# One bad flag through the launcher (each launch costs about 10 s): the messages of the others are tested in-process
+# (test_cli, test_metrics_log, test_schedules); what this adds is that exit 2 and the one line survive the launcher.
 @pytest.mark.parametrize(("given", "said"), [
     (["--lr", "1e-4"], "unknown option --lr: did you mean --learning_rate?"),
-    (["--gradient_accumulation_steps", "0"], "gradient_accumulation_steps=0: must be a positive whole number"),
-    (["--report_to", "comet"], "report_to='comet': must be one of tensorboard, wandb, trackio, none"),
-    (["--profile_steps", "3-2"], "profile_steps='3-2': must be A-B, the first and last optimizer step to trace "
-                                 "(1 <= A <= B), or A alone"),
 ])
 def test_a_bad_flag_is_one_line_and_exit_status_2_through_accelerate_launch_on_xla(tmp_path, given, said):
     output = tmp_path / "outputs"

@@ -98,6 +98,7 @@ BAD_INPUT = {
     "no-split": "in.csv has no such split (splits: validation)",
 {%- if cookiecutter.task != "causal-lm" %}
     "max_seq_length": "max_seq_length=100000: must be from 1 to",
+    "label-outside-the-head": "in.csv line 2: label '5' is not a whole number in 0..1 (num_labels=2)",
 {%- else %}
     "too-many-tokens": "max_new_tokens=100000: must be below",
     "generate_on": "generate_on='gpu': must be one of device, host",
@@ -106,7 +107,7 @@ BAD_INPUT = {
     "host-sampling": "temperature=0.7: the host generates greedily only",
 {%- endif %}
 }
-FLAGS = {"mixed_precision": ["--mixed_precision", "fp16"], "max_seq_length": ["--max_seq_length", "100000"], "too-many-tokens": ["--max_new_tokens", "100000"],
+FLAGS = {"label-outside-the-head": ["--label_column", "label"], "mixed_precision": ["--mixed_precision", "fp16"], "max_seq_length": ["--max_seq_length", "100000"], "too-many-tokens": ["--max_new_tokens", "100000"],
          "generate_on": ["--generate_on", "gpu"], "max_new_tokens": ["--max_new_tokens", "0"],
          "temperature": ["--temperature", "-1"], "host-sampling": ["--generate_on", "host", "--temperature", "0.7"]}
 
@@ -126,6 +127,8 @@ def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path, capsys, local_mode
         data.write_text("text\n", encoding="utf-8")
     elif case == "no-output-folder":
         output = tmp_path / "missing" / "predicted.csv"
+    elif case == "label-outside-the-head":
+        data.write_text("text,label\na fine film,5\n", encoding="utf-8")
     elif case == "no-input":
         data = tmp_path / "missing.csv"
     elif case == "no-split":  # a folder laid out like a hub data set, without the split asked for (test)
@@ -154,7 +157,7 @@ def test_the_export_labels_the_eval_file_as_its_run_evaluated_it_in_one_graph(ru
     report, _ = run_training(*quick("--mixed_precision", "no", "--checkpoint", "false"))
     output, in_bf16 = tmp_path / "predicted.csv", tmp_path / "predicted-bf16.csv"
     flags = ("--model", report["exported"], "--input", str(EVAL_FILE), "--batch_size", "16", "--max_seq_length", "64")
-    run(*launched(*flags, "--output", str(output), "--mixed_precision", "no"))
+    run(*launched(*flags, "--output", str(output), "--mixed_precision", "no", "--label_column", "label"))
     figures = json.loads(output.with_name(output.name + ".report.json").read_text())
     assert (figures["graphs"], figures["graphs_after_first_batch"], figures["examples"]) == (1, 0, 120)
     assert figures["precision"] == "fp32"
@@ -164,13 +167,15 @@ def test_the_export_labels_the_eval_file_as_its_run_evaluated_it_in_one_graph(ru
         chances = [float(row[f"probability_{label}"]) for label in (0, 1)]
         assert abs(sum(chances) - 1) < 1e-5 and int(row["label"]) == chances.index(max(chances))
     right = sum(int(row["label"]) == int(expected["label"]) for row, expected in zip(rows, truth, strict=True))
-    assert right == round(report["eval_accuracy"] * 120)
+    assert right == round(report["eval_accuracy"] * 120) == round(figures["accuracy"] * 120)
+    assert [row["true_label"] for row in rows] == [expected["label"] for expected in truth]
     on_cpu = pipeline("text-classification", model=report["exported"], device="cpu")
     ids = {name: index for index, name in on_cpu.model.config.id2label.items()}
     found = [ids[label["label"]] for label in on_cpu([row["text"] for row in truth], truncation=True, max_length=64)]
     assert [int(row["label"]) for row in rows] == found
     # At bf16 (autocast around the forward, predict.py's default as training's): at least 99.5 % of the labels agree.
-    run(*launched(*flags, "--output", str(in_bf16), "--mixed_precision", "bf16"))
+    run(python_command(*flags, "--output", str(in_bf16), "--mixed_precision", "bf16", module=PREDICT),
+        launched()[1])  # the launcher is shown above: the same environment, forked (seconds instead of ~10)
     assert json.loads(in_bf16.with_name(in_bf16.name + ".report.json").read_text())["precision"] == "bf16"
     agree = sum(int(row["label"]) == label for row, label in zip(read_rows(in_bf16), found, strict=True))
     assert agree >= 0.995 * 120, agree

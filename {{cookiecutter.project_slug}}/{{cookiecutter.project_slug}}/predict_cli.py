@@ -28,6 +28,7 @@ class PredictConfig:
     text_column: str = field(default="text", metadata={"help": "The column to {{ 'continue' if cookiecutter.task == 'causal-lm' else 'label' }}."})
 {%- if cookiecutter.task != "causal-lm" %}
     text_pair_column: str | None = field(default=None, metadata={"help": "Second text column, if the model was trained with one."})
+    label_column: str | None = field(default=None, metadata={"help": "A column of true labels (0 .. the head's labels - 1), if the input has one: each checked, kept beside the prediction, and the accuracy reported."})
     batch_size: int = field(default=BASE.eval_batch_size, metadata={"help": "Per chip; the last batch is padded."})
     max_seq_length: int | None = field(default=None, metadata={"help": f"Every row padded or cut to this. Default: {BASE.max_seq_length}, or the model's positions if fewer."})
 {%- else %}
@@ -62,7 +63,7 @@ def check_paths(config: PredictConfig) -> None:
         raise PredictionProblem(f"output={config.output!r}: its folder does not exist")
     if config.mixed_precision not in PRECISIONS:
         raise PredictionProblem(f"mixed_precision={config.mixed_precision!r}: must be one of {', '.join(PRECISIONS)}")
-    positions = _positions(model)
+    positions = _model_config(model).get("max_position_embeddings")
 {%- if cookiecutter.task != "causal-lm" %}
     if config.max_seq_length is None:
         config.max_seq_length = min(BASE.max_seq_length, positions or BASE.max_seq_length)
@@ -87,11 +88,11 @@ def check_paths(config: PredictConfig) -> None:
 
 
 
-def _positions(model: Path) -> int | None:
-    """The longest row the exported model reads (its config's max_position_embeddings), None if it does not say."""
-    if not (model / "config.json").is_file():  # a LoRA export: the adapter alone (its base model says)
-        return None
-    return json.loads((model / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
+def _model_config(model: Path) -> dict:
+    """The exported model's config.json; {} for a LoRA export (the adapter alone: its base model's says)."""
+    if not (model / "config.json").is_file():
+        return {}
+    return json.loads((model / "config.json").read_text(encoding="utf-8"))
 
 
 def at_precision(model, config: PredictConfig, device, figures: dict):
@@ -104,7 +105,24 @@ def at_precision(model, config: PredictConfig, device, figures: dict):
     return levels.apply_to_model(model, report, device)
 
 
-def read_input(config: PredictConfig, columns: list[str]):
+{%- if cookiecutter.task != "causal-lm" %}
+
+
+def _head_size(model: Path) -> int:
+    """The classifier head's labels. transformers writes no id2label for its default 2 labels: its config class says."""
+    from transformers import AutoConfig
+
+    folder = model
+    if not (model / "config.json").is_file():  # a LoRA export: the head's size is in the base model's config
+        folder = json.loads((model / "adapter_config.json").read_text(encoding="utf-8")).get("base_model_name_or_path")
+    try:
+        return AutoConfig.from_pretrained(folder).num_labels
+    except Exception:  # the base model out of reach (offline): labels still checked as whole numbers from 0
+        return 2**31
+{%- endif %}
+
+
+def read_input(config: PredictConfig, columns: list[str], checks=None):
     """The examples of --input: a file checked row by row as training's files are, else a split of a hub data set (or
     of a local folder laid out like one: validation.csv, test.jsonl, ...), said in one line when it is neither."""
     from .data.hub import load_hub_dataset, looks_local
@@ -113,7 +131,7 @@ def read_input(config: PredictConfig, columns: list[str]):
 
     path = Path(config.input)
     if path.is_file():
-        return read_checked(config.input, columns)
+        return read_checked(config.input, columns, checks)
     if looks_local(config.input) and not path.is_dir():
         raise PredictionProblem(f"input={config.input!r}: no such file or folder")
     try:
@@ -130,6 +148,8 @@ def read_input(config: PredictConfig, columns: list[str]):
                                 f"(columns: {', '.join(examples.column_names)})")
     if len(examples) == 0:
         raise PredictionProblem(f"input={config.input!r} split {config.split!r}: no examples")
+    if checks and (problem := checks.split(examples)):
+        raise PredictionProblem(f"input={config.input!r} split {config.split!r}: {problem}")
     return examples
 
 
@@ -148,7 +168,13 @@ def run(config: PredictConfig) -> dict:
 
     check_paths(config)
     columns = [config.text_column] + ([config.text_pair_column] if getattr(config, "text_pair_column", None) else [])
+{%- if cookiecutter.task != "causal-lm" %}
+    # True labels, if given, refused as training refuses them: outside the head's labels, not whole numbers.
+    checks = task.label_checks(config.label_column, _head_size(Path(config.model))) if config.label_column else None
+    examples = read_input(config, columns, checks)
+{%- else %}
     examples = read_input(config, columns)
+{%- endif %}
     layout = layout_for(TrainConfig(parallelism=config.parallelism))
     layout.start()
     processes.wait_for_forked_siblings()
@@ -185,6 +211,13 @@ def run(config: PredictConfig) -> dict:
     figures.update(precision_figures)
     figures.update(device=str(accelerator.device), processes=accelerator.num_processes,
                    graphs=compiled["compilations"], input=config.input, output=config.output)
+{%- if cookiecutter.task != "causal-lm" %}
+    if config.label_column:
+        for row, label in zip(predictions, examples[config.label_column], strict=True):
+            row["true_label"] = int(float(label))
+        figures["accuracy"] = sum(row["label"] == row["true_label"] for row in predictions) / len(predictions) \
+            if predictions else None
+{%- endif %}
     if processes.is_main(accelerator):
         prediction.write_atomically(config.output, predictions)
         report = Path(config.report or f"{config.output}.report.json")
