@@ -90,6 +90,7 @@ def read_rows(path) -> list[dict]:
 
 BAD_INPUT = {
     "no-weights": "no weights there (*.safetensors): the export is incomplete",
+    "a-checkpoint": "a checkpoint, not an export: give OUTPUT_DIR/model",
     "mixed_precision": "mixed_precision='fp16': must be one of bf16, no",
     "no-column": "no column 'text' (columns: sentence)",
     "empty": "no examples (empty file or header only)",
@@ -127,6 +128,11 @@ def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path, capsys, local_mode
         data.write_text("text\n", encoding="utf-8")
     elif case == "no-output-folder":
         output = tmp_path / "missing" / "predicted.csv"
+    elif case == "a-checkpoint":  # what a checkpoint folder holds beside its weights (fault_tolerance/)
+        model = tmp_path / "epoch-1"
+        model.mkdir()
+        for name in ("manifest.json", "settings.json", "pytorch_model.bin"):
+            (model / name).write_text("{}", encoding="utf-8")
     elif case == "label-outside-the-head":
         data.write_text("text,label\na fine film,5\n", encoding="utf-8")
     elif case == "no-input":

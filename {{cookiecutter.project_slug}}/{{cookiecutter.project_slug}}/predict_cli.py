@@ -54,6 +54,9 @@ def check_paths(config: PredictConfig) -> None:
     from .loop.prediction import PredictionProblem
 
     model = Path(config.model)
+    if (model / "manifest.json").is_file() and (model / "settings.json").is_file():
+        raise PredictionProblem(f"model={config.model!r}: a checkpoint, not an export: give OUTPUT_DIR/model, which a run "
+                                "writes at its end (resume the run with --resume true to finish and export it)")
     if not (model / "config.json").is_file() and not (model / "adapter_config.json").is_file():
         raise PredictionProblem(f"model={config.model!r}: no config.json there: give the folder train.py exported "
                                 "(OUTPUT_DIR/model)")
