@@ -68,6 +68,19 @@ def test_bad_input_exits_2_in_one_line_through_the_launcher(tmp_path):
     assert not output.exists()
 
 
+def alone_from_a_hub_split_and_in_two_workers(tmp_path, flags: list[str]) -> tuple[list[dict], list[dict]]:
+    """(the rows of one plain CPU process, those of two forked gloo workers) for `flags`, in the data layout; the
+    input read as a hub data set's split gives the one process's rows again, and the workers' report says 2."""
+    flags = [*flags, "--parallelism", "data"]
+    outputs = {count: tmp_path / f"{count}.jsonl" for count in (1, 2)}
+    run(python_command(*flags, "--output", str(outputs[1]), module=PREDICT, xla=False), env=child_env(xla=False))
+    assert read_rows(from_a_hub_split(tmp_path, flags)) == read_rows(outputs[1])
+    run(python_code(IN_WORKERS, "2", str(free_port()), *flags, "--output", str(outputs[2]), xla=False),
+        env=child_env(xla=False))
+    assert json.loads(outputs[2].with_name("2.jsonl.report.json").read_text())["processes"] == 2
+    return read_rows(outputs[1]), read_rows(outputs[2])
+
+
 def from_a_hub_split(tmp_path, flags: list[str]):
     """predict.py's output for the input of `flags` read as a hub data set's validation split (a local folder laid
     out like one: what datasets.load_dataset reads for a hub name), in one plain CPU process."""
@@ -192,16 +205,9 @@ def test_the_export_labels_the_eval_file_as_its_run_evaluated_it_in_one_graph(ru
 def test_two_processes_each_label_their_share_and_the_rows_come_back_once_in_order(tmp_path, local_model):
     """Two gloo workers on the CPU against one process: the same file, the same labels and probabilities; the same
     file as a hub data set's split, the same rows."""
-    outputs = {count: tmp_path / f"{count}.jsonl" for count in (1, 2)}
-    flags = ["--model", str(local_model), "--input", str(EVAL_FILE), "--batch_size", "16", "--max_seq_length", "64",
-             "--parallelism", "data"]
-    run(python_command(*flags, "--output", str(outputs[1]), module=PREDICT, xla=False), env=child_env(xla=False))
-    assert read_rows(from_a_hub_split(tmp_path, flags)) == read_rows(outputs[1])
-    run(python_code(IN_WORKERS, "2", str(free_port()), *flags, "--output", str(outputs[2]), xla=False),
-        env=child_env(xla=False))
-    alone, shared = read_rows(outputs[1]), read_rows(outputs[2])
+    alone, shared = alone_from_a_hub_split_and_in_two_workers(tmp_path, [
+        "--model", str(local_model), "--input", str(EVAL_FILE), "--batch_size", "16", "--max_seq_length", "64"])
     assert [row["row"] for row in shared] == list(range(120))
-    assert json.loads(outputs[2].with_name("2.jsonl.report.json").read_text())["processes"] == 2
     for one, other in zip(alone, shared, strict=True):
         assert one["label"] == other["label"]
         assert one["probability_1"] == pytest.approx(other["probability_1"], abs=1e-6)
@@ -221,8 +227,9 @@ def write_prompts(folder):
 @pytest.mark.slow
 def test_the_device_continues_each_prompt_as_the_host_does_in_two_graphs(tmp_path, demo_report):
     """The demo's float32 export continues 5 prompts in batches of 2 (the last padded) on the device (through
-    `accelerate launch`; 4 SPMD devices in an fsdp project): a prefill graph and one decode graph for all 12 steps of all 3 batches, and for each prompt
-    the same greedy continuation as transformers' generate() on the host's CPU (--generate_on host)."""
+    `accelerate launch`; 4 SPMD devices in an fsdp project): a prefill graph and one decode graph for all 12 steps of
+    all 3 batches, and for each prompt the same greedy continuation as transformers' generate() on the host's CPU
+    (--generate_on host)."""
     report, _ = demo_report("fp32")
     prompts, outputs = write_prompts(tmp_path), {where: tmp_path / f"{where}.jsonl" for where in ("device", "host")}
     for where, output in outputs.items():
@@ -245,16 +252,10 @@ def test_the_device_continues_each_prompt_as_the_host_does_in_two_graphs(tmp_pat
 def test_two_processes_each_continue_their_share_and_the_rows_come_back_once_in_order(tmp_path, local_model):
     """Two gloo workers on the CPU against one process: the same greedy continuations, each prompt once, in order;
     the same file as a hub data set's split, the same rows."""
-    outputs = {count: tmp_path / f"{count}.jsonl" for count in (1, 2)}
-    flags = ["--model", str(local_model), "--input", str(write_prompts(tmp_path)), "--batch_size", "2",
-             "--max_new_tokens", "6", "--parallelism", "data"]
-    run(python_command(*flags, "--output", str(outputs[1]), module=PREDICT, xla=False), env=child_env(xla=False))
-    assert read_rows(from_a_hub_split(tmp_path, flags)) == read_rows(outputs[1])
-    run(python_code(IN_WORKERS, "2", str(free_port()), *flags, "--output", str(outputs[2]), xla=False),
-        env=child_env(xla=False))
-    alone, shared = read_rows(outputs[1]), read_rows(outputs[2])
+    alone, shared = alone_from_a_hub_split_and_in_two_workers(tmp_path, [
+        "--model", str(local_model), "--input", str(write_prompts(tmp_path)), "--batch_size", "2",
+        "--max_new_tokens", "6"])
     assert [row["row"] for row in shared] == list(range(len(PROMPTS)))
-    assert json.loads(outputs[2].with_name("2.jsonl.report.json").read_text())["processes"] == 2
     assert [row["continuation"] for row in alone] == [row["continuation"] for row in shared]
 
 

@@ -89,8 +89,6 @@ def check_paths(config: PredictConfig) -> None:
 {%- endif %}
 
 
-
-
 def _model_config(model: Path) -> dict:
     """The exported model's config.json; {} for a LoRA export (the adapter alone: its base model's says)."""
     if not (model / "config.json").is_file():
@@ -98,14 +96,13 @@ def _model_config(model: Path) -> dict:
     return json.loads((model / "config.json").read_text(encoding="utf-8"))
 
 
-def at_precision(model, config: PredictConfig, device, figures: dict):
-    """The model's forward at --mixed_precision, applied and checked as training applies its level
-    (precision/levels.py: autocast around the forward, verified in a lowered graph on XLA); said in `figures`."""
+def at_precision(model, config: PredictConfig, device) -> tuple:
+    """(the model with its forward at --mixed_precision, what the report says of it), applied and checked as training
+    applies its level (precision/levels.py: autocast around the forward, verified in a lowered graph on XLA)."""
     from .precision import levels
 
     report = levels.realise(PRECISIONS[config.mixed_precision], device)
-    figures.update(precision=report.effective, precision_via=report.via)
-    return levels.apply_to_model(model, report, device)
+    return levels.apply_to_model(model, report, device), {"precision": report.effective, "precision_via": report.via}
 
 
 {%- if cookiecutter.task != "causal-lm" %}
@@ -187,7 +184,7 @@ def run(config: PredictConfig) -> dict:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(config.model)
-    precision_figures = {}
+    precision_figures = {}  # none when the host generates: it runs float32
     with compilations.counting_compilations() as compiled:
 {%- if cookiecutter.task == "causal-lm" %}
         from accelerate.utils import set_seed
@@ -196,9 +193,10 @@ def run(config: PredictConfig) -> dict:
 
         set_seed(config.seed)  # the sampling's draws (torch_xla's generator too)
         # The attention and hub-kernel settings the model trained with (models/modeling.py); a LoRA export via peft.
-        model = make_graph_friendly(samples.load_for_generation(config.model)) if config.generate_on == "device" else None
-        if model is not None:
-            model = at_precision(model, config, accelerator.device, precision_figures)
+        model = None
+        if config.generate_on == "device":
+            model, precision_figures = at_precision(make_graph_friendly(samples.load_for_generation(config.model)),
+                                                    config, accelerator.device)
         predictions, figures = prediction.predict(accelerator, layout, model, tokenizer,
                                                   list(examples[config.text_column]), config)
 {%- else %}
@@ -207,8 +205,8 @@ def run(config: PredictConfig) -> dict:
         rows = rows.add_column(prediction.ROW, list(range(len(rows))))
         # The attention, cache and hub-kernel settings the model trained with (models/modeling.py): transformers'
         # default sdpa reads the attention mask back to the host at every batch, a graph of its own on XLA.
-        model = at_precision(make_graph_friendly(task.AUTO_MODEL.from_pretrained(config.model)), config,
-                             accelerator.device, precision_figures)
+        model, precision_figures = at_precision(make_graph_friendly(task.AUTO_MODEL.from_pretrained(config.model)),
+                                                config, accelerator.device)
         predictions, figures = prediction.predict(accelerator, layout, model, tokenizer, rows, config)
 {%- endif %}
     figures.update(precision_figures)

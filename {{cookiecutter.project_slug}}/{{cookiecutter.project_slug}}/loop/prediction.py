@@ -19,19 +19,15 @@ import os
 import time
 from pathlib import Path
 
-{% if cookiecutter.task != "causal-lm" -%}
 import torch
 
 from ..data import batching
 from ..launch import processes
+{% if cookiecutter.task != "causal-lm" -%}
 from ..tasks import task
 from ..watch.compilations import compile_counts
 from ..xla import device as devices
 {%- else -%}
-import torch
-
-from ..data import batching
-from ..launch import processes
 from ..tasks import samples
 from ..watch.compilations import compile_counts
 from . import generation
@@ -42,6 +38,21 @@ ROW = "row"  # each example's line among the input's examples, from 0: what puts
 
 class PredictionProblem(ValueError):
     """Bad input to predict.py: said in one line, exit status 2, no output file."""
+
+
+def in_input_order(accelerator, mine: list[tuple[int, object]], count: int) -> list[tuple[int, object]]:
+    """Every process's (row, result) pairs, gathered and sorted by row; each of the `count` input rows exactly once."""
+    gathered = sorted((pair for share in processes.gather_objects(accelerator, mine) for pair in share),
+                      key=lambda pair: pair[0])
+    if [row for row, _ in gathered] != list(range(count)):
+        raise RuntimeError(f"prediction: {len(gathered)} rows gathered for {count} inputs, not each once")
+    return gathered
+
+
+def graphs_since(first_batch_graphs: int | None) -> int | None:
+    """Graphs compiled after the first batch's (None where nothing counts them: no XLA)."""
+    last = compile_counts().compilations
+    return None if last is None or first_batch_graphs is None else last - first_batch_graphs
 
 
 {%- if cookiecutter.task != "causal-lm" %}
@@ -67,18 +78,15 @@ def predict(accelerator, layout, model, tokenizer, examples, config) -> tuple[li
             for rows, valid, probabilities in ((r.cpu(), v.cpu(), p.cpu()) for r, v, p in found)
             for row, real, chances in zip(rows.tolist(), valid.tolist(), probabilities, strict=True) if real]
     seconds = time.perf_counter() - started
-    gathered = sorted(pair for share in processes.gather_objects(accelerator, mine) for pair in share)
-    if [row for row, _ in gathered] != list(range(len(examples))):
-        raise RuntimeError(f"prediction: {len(gathered)} rows gathered for {len(examples)} inputs, not each once")
+    gathered = in_input_order(accelerator, mine, len(examples))
     labels = layout.plain_model(accelerator).config.id2label
     predictions = []
     for row, chances in gathered:
         best = max(range(len(chances)), key=chances.__getitem__)
         predictions.append({ROW: row, "label": best, "label_name": labels.get(best, str(best)),
                             **{f"probability_{label}": chance for label, chance in enumerate(chances)}})
-    last = compile_counts().compilations
     figures = {"examples": len(examples), "seconds": seconds, "examples_per_second": len(examples) / seconds,
-               "graphs_after_first_batch": None if last is None else last - first_batch_graphs}
+               "graphs_after_first_batch": graphs_since(first_batch_graphs)}
     return predictions, figures
 {%- else %}
 
@@ -119,18 +127,15 @@ def predict(accelerator, layout, model, tokenizer, prompts: list[str], config) -
     # After the first batch, whose graphs compile: this process's rate once compiled (None with one batch).
     later_tokens = sum(len(tokens) for batch in batches[1:] for _, tokens in batch)
     steady = later_tokens / (started + seconds - first_batch_traced) if len(batches) > 1 else None
-    gathered = sorted(pair for share in processes.gather_objects(accelerator, mine) for pair in share)
-    if [index for index, _ in gathered] != list(range(len(prompts))):
-        raise RuntimeError(f"prediction: {len(gathered)} rows gathered for {len(prompts)} prompts, not each once")
+    gathered = in_input_order(accelerator, mine, len(prompts))
     predictions = [{ROW: index, "prompt": prompts[index], "continuation": tokenizer.decode(tokens, skip_special_tokens=True)}
                    for index, tokens in gathered]
     new_tokens = sum(len(tokens) for _, tokens in gathered)
-    last = compile_counts().compilations
     figures = {"examples": len(prompts), "seconds": seconds, "generated_on": "the device",
                "prompt_length": length, "prompts_cut": sum(len(ids) > length for ids in tokenized),
                "new_tokens": new_tokens, "new_tokens_per_second": new_tokens / seconds,
                "steady_new_tokens_per_second": steady,
-               "graphs_after_first_batch": None if last is None else last - first_batch_graphs}
+               "graphs_after_first_batch": graphs_since(first_batch_graphs)}
     return predictions, figures
 
 

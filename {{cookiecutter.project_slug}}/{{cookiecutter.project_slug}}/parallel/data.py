@@ -81,7 +81,7 @@ class DataParallel:
 
     def pin_rows(self, tensors) -> None:
         """predict.py's generation: the state one decode step hands to the next (one device: nothing to pin)."""
-        pass
+
     def prepare_prediction(self, accelerator, model, loader):
         """predict.py: the model on this process's device, this process's share of the batches."""
         self.model, loader = accelerator.prepare(self.wrap(model), loader)

@@ -97,9 +97,11 @@ class FsdpV2:
         return model, optimizer, train_loader, eval_loader, scheduler
 
     def pin_rows(self, tensors) -> None:
-        """predict.py's generation: the state one decode step hands to the next, split by rows over the chips (the batch's own sharding)."""
+        """predict.py's generation: the state one decode step hands to the next, split by rows over the chips (the
+        batch's own sharding)."""
         for tensor in tensors:
             sharding.shard_first_dim(tensor, self.mesh, AXIS)
+
     def prepare_prediction(self, accelerator, model, loader):
         """predict.py: the model wrapped as in training (its layers sharded over the chips), this host's batches."""
         return self.wrap(model), self._host_side(loader)
