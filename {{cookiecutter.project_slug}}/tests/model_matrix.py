@@ -116,13 +116,18 @@ def special_ids(tokenizer) -> dict:
     return {**ids, "cls_token_id": tokenizer.cls_token_id, "sep_token_id": tokenizer.sep_token_id}
 
 
-def write_model(folder: Path, name: str, tokenizer) -> Path:
-    """The architecture at its tiny shape with random weights, vocabulary sized to the tokenizer, saved with it."""
+def write_model(folder: Path, name: str, tokenizer, dropout: bool = True) -> Path:
+    """The architecture at its tiny shape with random weights, vocabulary sized to the tokenizer, saved with it;
+    every dropout probability of its config 0 without `dropout`."""
     import torch
     import transformers
 
     config_class, model_class, shape = ARCHITECTURES[name]
     config = getattr(transformers, config_class)(vocab_size=len(tokenizer), **special_ids(tokenizer), **shape)
+    if not dropout:
+        for key, value in config.to_dict().items():
+            if "dropout" in key and isinstance(value, float):
+                setattr(config, key, 0.0)
     if TASK != "causal-lm":
         config.num_labels = 2
     torch.manual_seed(0)

@@ -17,10 +17,12 @@ SHAPES = [(6, 4), (4,), (3, 5)]
 
 def stepped(optimizer_class, **options) -> list:
     """Weights after 12 steps of fixed gradients under a warm-up from 0 and a cosine decay; the second weight has no
-    gradient on steps 3 and 4 (so its step count and bias corrections fall behind the others')."""
+    gradient on steps 3 and 4 (so its step count and bias corrections fall behind the others'). Two groups, as
+    loop/optimizers.parameter_groups makes them: the last weight (a bias, say) not decayed."""
     generator = torch.Generator().manual_seed(0)
     weights = [torch.randn(shape, generator=generator, requires_grad=True) for shape in SHAPES]
-    optimizer = optimizer_class(weights, lr=1e-2, weight_decay=0.01, **options)
+    groups = [{"params": weights[:2], "weight_decay": 0.01}, {"params": weights[2:], "weight_decay": 0.0}]
+    optimizer = optimizer_class(groups, lr=1e-2, **options)
     schedule = get_scheduler("cosine", optimizer, num_warmup_steps=2, num_training_steps=12)
     for step in range(12):
         for index, weight in enumerate(weights):
@@ -60,7 +62,9 @@ if spmd:
 noise = [torch.randn(weight.shape).to(device) for weight in weights]
 torch_xla.sync()
 # The pretrained rate: below 2.98e-6, 1 - lr * weight_decay is 1.0 in float32 (a constant torch_xla would bake in).
-optimizer = AdamW(weights, lr=2e-5, weight_decay=0.01)
+# Two groups (loop/optimizers.parameter_groups), one of them not decayed: still one tensor sent a step.
+optimizer = AdamW([{"params": weights[:2], "weight_decay": 0.01}, {"params": weights[2:], "weight_decay": 0.0}],
+                  lr=2e-5)
 schedule = get_scheduler("linear", optimizer, num_warmup_steps=1, num_training_steps=10)
 optimizer.create_state()
 torch_xla.sync()

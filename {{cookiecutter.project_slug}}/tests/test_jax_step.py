@@ -21,6 +21,7 @@ import torch, torch_xla
 import torch_xla.debug.metrics as met
 from transformers import BertConfig, BertForSequenceClassification, Qwen2Config, Qwen2ForCausalLM, get_scheduler
 from {{ cookiecutter.project_slug }}.loop.adamw import AdamW
+from {{ cookiecutter.project_slug }}.loop.optimizers import parameter_groups
 from {{ cookiecutter.project_slug }}.loop.step import train_step
 from {{ cookiecutter.project_slug }}.models.modeling import make_graph_friendly
 from {{ cookiecutter.project_slug }}.xla.jax_step import WholeStep
@@ -56,7 +57,7 @@ def counts():
 def train(arch, whole, steps=10, lr=1e-3, dropout=0.0, model=None, max_norm=1.0, mesh=None):
     device = torch_xla.device()
     model = (model or build(arch, dropout)).to(device).train()
-    optimizer = AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.01)
+    optimizer = AdamW(parameter_groups(model, 0.01), lr=lr)  # the run's groups: biases and norms not decayed
     scheduler = get_scheduler("linear", optimizer, num_warmup_steps=2, num_training_steps=steps)
     optimizer.create_state()
     data = batches(arch, steps, device)

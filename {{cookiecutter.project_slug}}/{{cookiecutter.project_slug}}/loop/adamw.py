@@ -41,16 +41,32 @@ class AdamW(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
-            by_step = {}  # weights that missed steps (no gradient then) have their own count and bias corrections
+        # One row of moving numbers per (group, step count): weights that missed steps (no gradient then) have their
+        # own count and bias corrections, and the groups their own weight decay (optimizers.parameter_groups).
+        batches = {}
+        for index, group in enumerate(self.param_groups):
             for param in group["params"]:
                 if param.grad is not None:
                     state = self._state(param)
                     state["step"] += 1
-                    by_step.setdefault(int(state["step"].item()), []).append(param)
-            for step, params in by_step.items():
-                self._update(group, step, params)
+                    batches.setdefault((index, int(state["step"].item())), []).append(param)
+        if not batches:
+            return loss
+        # Computed on the host in float64, sent as one float32 tensor for every row: data, never graph constants, and
+        # one transfer a step whatever the number of groups.
+        rows = [self.moving_numbers(self.param_groups[index], step) for index, step in batches]
+        moving = torch.tensor(rows, dtype=torch.float32).to(next(iter(batches.values()))[0].device)
+        for row, ((index, _), params) in enumerate(batches.items()):
+            self._update(self.param_groups[index], moving[row], params)
         return loss
+
+    @staticmethod
+    def moving_numbers(group: dict, step: int) -> list:
+        """[1 - lr * weight_decay, lr / (1 - beta1^step), sqrt(1 - beta2^step)]: what moves from step to step (the
+        whole JAX step, xla/jax_step.py, sends the same rows)."""
+        beta1, beta2 = group["betas"]
+        lr = group["lr"]
+        return [1 - lr * group["weight_decay"], lr / (1 - beta1 ** step), math.sqrt(1 - beta2 ** step)]
 
     def _state(self, param) -> dict:
         state = self.state[param]
@@ -62,13 +78,8 @@ class AdamW(torch.optim.Optimizer):
             state["exp_avg_sq"] = devices.zeros_like(param)
         return state
 
-    def _update(self, group, step: int, params: list) -> None:
+    def _update(self, group, moving, params: list) -> None:
         beta1, beta2 = group["betas"]
-        lr = group["lr"]
-        # Computed on the host in float64, sent as one float32 tensor: data, never graph constants.
-        moving = torch.tensor(
-            [1 - lr * group["weight_decay"], lr / (1 - beta1 ** step), math.sqrt(1 - beta2 ** step)], dtype=torch.float32
-        ).to(params[0].device)
         decay, step_size, correction2_sqrt = moving[0], moving[1], moving[2]
         grads = [param.grad for param in params]
         exp_avgs = [self.state[param]["exp_avg"] for param in params]

@@ -7,7 +7,15 @@ The default AdamW sends its moving numbers as one tensor; the other two take the
 per-step decay among them), so their runs send every Python scalar to the device as data (xla/compilation.py).
 """
 
+import torch
+
 from .adamw import AdamW
+
+# What transformers' Trainer leaves out of weight decay (Trainer.get_decay_parameter_names, 5.25), as Accelerate's
+# nlp_example does: biases and normalization weights, by layer type and by name. Decaying a LayerNorm's scale pulls
+# it towards 0, not towards a neutral 1, and a bias has no scale for decay to regularize.
+NO_DECAY_LAYERS = (torch.nn.LayerNorm,)
+NO_DECAY_NAMES = (r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)")
 
 
 def takes_python_scalars(name: str, kahan_summation: bool) -> bool:
@@ -15,7 +23,20 @@ def takes_python_scalars(name: str, kahan_summation: bool) -> bool:
     return name != "adamw" or kahan_summation
 
 
+def parameter_groups(model, weight_decay: float) -> list[dict]:
+    """The trainable weights in two groups, as the Trainer makes them: decayed at `weight_decay`, and biases and
+    normalization weights at 0 (either group left out when empty). Frozen weights (LoRA's base) get none."""
+    from transformers.trainer_pt_utils import get_parameter_names
+
+    decayed = set(get_parameter_names(model, NO_DECAY_LAYERS, NO_DECAY_NAMES))
+    trainable = [(name, parameter) for name, parameter in model.named_parameters() if parameter.requires_grad]
+    groups = [{"params": [p for name, p in trainable if name in decayed], "weight_decay": weight_decay},
+              {"params": [p for name, p in trainable if name not in decayed], "weight_decay": 0.0}]
+    return [group for group in groups if group["params"]]
+
+
 def make_optimizer(name: str, parameters, learning_rate: float, weight_decay: float, kahan_summation: bool):
+    """`parameters`: parameter_groups' groups (each with its own weight decay) or a list of weights."""
     if name == "adafactor":
         from transformers.optimization import Adafactor
 

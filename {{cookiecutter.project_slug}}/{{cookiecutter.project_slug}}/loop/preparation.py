@@ -99,9 +99,10 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
     eval_loader = batching.eval_loader(
         eval_examples, collator, config.eval_batch_size * per_loader, layout.loader_shards(accelerator)
     )
-    # Trainable parameters only: with LoRA the frozen base gets no optimizer state (models/lora.py).
+    # Trainable parameters only: with LoRA the frozen base gets no optimizer state (models/lora.py). Biases and
+    # normalization weights are not decayed, as in transformers' Trainer (optimizers.parameter_groups).
     optimizer = optimizers.make_optimizer(
-        config.optim, lora.trainable_parameters(model), learning_rate, config.weight_decay,
+        config.optim, optimizers.parameter_groups(model, config.weight_decay), learning_rate, config.weight_decay,
         precision_report.kahan_summation,
     )
     steps_per_epoch = config.max_steps if streaming else len(train_examples) // global_batch  # streaming: one epoch

@@ -74,11 +74,6 @@ def _linear_names(model) -> list[str]:
     return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)})
 
 
-def trainable_parameters(model) -> list:
-    """What the optimizer is given: with LoRA the adapters (and head), otherwise every parameter."""
-    return [parameter for parameter in model.parameters() if parameter.requires_grad]
-
-
 def parameter_counts(model) -> dict:
     """Trainable and total parameter elements (global shapes: under FSDPv2 the logical tensor, not a shard).
 

@@ -9,11 +9,10 @@ then flattening the inputs, one call and copying the results back into the weigh
 
 The optimizer stays the project's `loop.adamw.AdamW`: its param groups (lr read every call, as the scheduler sets
 it), its state (`step` on the host, `exp_avg`, `exp_avg_sq` written in place), so checkpoints and resume read it as
-they read the lazy step's. Its moving numbers reach the device as one float32 tensor, as AdamW._update sends them.
+they read the lazy step's. Its moving numbers reach the device as one float32 tensor, as AdamW.step sends them (AdamW.moving_numbers).
 """
 
 import contextlib
-import math
 
 import torch
 
@@ -78,7 +77,7 @@ class WholeStep:
         # the traced structure (a new combination retraces); the numbers themselves are data.
         keys = list(zip(self.groups, map(int, torch.stack(counts).tolist()), strict=True))
         rows = sorted(set(keys))
-        moving = [_moving(optimizer.param_groups[group], step) for group, step in rows]
+        moving = [optimizer.moving_numbers(optimizer.param_groups[group], step) for group, step in rows]
         device = params[0].device
         moving = device_values(moving, torch.float32, device)
         # A new dropout mask every step, reproducible: torch's seed (set_seed) and the step count, as data. Derived
@@ -138,13 +137,6 @@ class WholeStep:
             update = avg / (jnp.sqrt(sq) / correction2_sqrt + eps) * step_size
             new[name] = (trainable[name] * decay - update, avg, sq)
         return loss, norm, new
-
-
-def _moving(group: dict, step: int) -> list:
-    """AdamW._update's moving numbers, computed on the host in float64: [1 - lr * wd, lr / (1 - b1^t), sqrt(1 - b2^t)]."""
-    beta1, beta2 = group["betas"]
-    lr = group["lr"]
-    return [1 - lr * group["weight_decay"], lr / (1 - beta1 ** step), math.sqrt(1 - beta2 ** step)]
 
 
 def _int32(tensor):
