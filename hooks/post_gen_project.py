@@ -22,6 +22,8 @@ TASK_FILES = {
         "benchmarks/test_recompilation.py", "benchmarks/grid.py", "benchmarks/workload.py",
         "benchmarks/test_checkpointing.py", "benchmarks/measure_shared_model.py", "benchmarks/test_shared_model_memory.py",
         f"{ANSWERS['project_slug']}/watch/memory.py", "data/demo",
+        # Trains as well as the Trainer: a real pretrained classifier over seeds (--bench-profile quality).
+        "benchmarks/measure_quality.py", "benchmarks/test_quality.py",
     ),
     "causal-lm": (
         f"{ANSWERS['project_slug']}/tasks/causal_lm.py", f"{ANSWERS['project_slug']}/tasks/samples.py", f"{ANSWERS['project_slug']}/loop/generation.py",

@@ -29,7 +29,7 @@ TASK_ONLY = {
         "benchmarks/measure_recompilation.py", "benchmarks/test_recompilation.py", "benchmarks/grid.py",
         "benchmarks/workload.py", "benchmarks/test_checkpointing.py", "benchmarks/measure_shared_model.py",
         "benchmarks/test_shared_model_memory.py", "PKG/watch/memory.py", "data/demo/train.csv",
-        "data/demo/eval.csv",
+        "data/demo/eval.csv", "benchmarks/measure_quality.py", "benchmarks/test_quality.py",
     },
     "causal-lm": {
         "PKG/tasks/causal_lm.py", "PKG/tasks/instructions.py",

@@ -1,7 +1,7 @@
 """pytest wiring for the benchmarks: the profile switch, the forked measurements, the reports.
 
-Options (or variables): --bench-profile quick|full|data (BENCH_PROFILE; quick by default; data runs the "data at
-size" group alone, at every size) and
+Options (or variables): --bench-profile quick|full|data|quality (BENCH_PROFILE; quick by default; data runs the "data
+at size" group alone, at every size; quality the "trains as well as the Trainer" group alone) and
 --bench-results FOLDER (BENCH_RESULTS; benchmark-results/ by default). The option is not
 called --profile because pytest-profiling already owns that name.
 
@@ -23,7 +23,9 @@ from .records import Record
 RECORDS = pytest.StashKey[list]()
 WRITTEN = pytest.StashKey[dict]()
 RESULTS_VARIABLE = "BENCH_RESULTS"
-DATA_AT_SIZE = "test_data_at_size.py"  # the one module the data profile runs
+# The profiles that run one module alone, and that module. The quality group runs in its own profile only (an hour).
+ALONE = {"data": "test_data_at_size.py", "quality": "test_quality.py"}
+ONLY_ALONE = "test_quality.py"
 
 # Forked children must not inherit a tokenizer thread pool, and nothing here downloads.
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -32,8 +34,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def pytest_addoption(parser):
     group = parser.getgroup("benchmarks", "the project's reference benchmarks")
-    group.addoption("--bench-profile", choices=("quick", "full", "data"), default=None,
-                    help=f"quick (default, CI), full (a TPU host) or data (the data-at-size group alone, every size); "
+    group.addoption("--bench-profile", choices=("quick", "full", "data", "quality"), default=None,
+                    help=f"quick (default, CI), full (a TPU host), data (the data-at-size group alone, every size) or "
+                         f"quality (the trains-as-well-as-the-Trainer group alone); "
                          f"also ${profiles.PROFILE_VARIABLE}")
     group.addoption("--bench-results", default=None,
                     help=f"folder for results.md and results.png (default benchmark-results/; also ${RESULTS_VARIABLE})")
@@ -48,10 +51,13 @@ def pytest_configure(config):
 
 
 def pytest_ignore_collect(collection_path, config):
-    """The data profile collects test_data_at_size.py alone (the other groups have no data-profile sizes)."""
+    """The data and quality profiles each collect their one module alone; the others never collect the quality one."""
     benchmark_module = collection_path.parent == Path(__file__).parent and collection_path.match("test_*.py")
-    if benchmark_module and collection_path.name != DATA_AT_SIZE:
-        return profiles.choose(config.getoption("--bench-profile")).name == "data" or None
+    if benchmark_module:
+        alone = ALONE.get(profiles.choose(config.getoption("--bench-profile")).name)
+        if alone:
+            return collection_path.name != alone or None
+        return collection_path.name == ONLY_ALONE or None
     return None
 
 

@@ -1,4 +1,5 @@
-"""The suite's sizes: `quick` (CI, a few minutes on two CPU cores), `full` (a TPU host) and `data` (large corpora).
+"""The suite's sizes: `quick` (CI, a few minutes on two CPU cores), `full` (a TPU host), `data` (large corpora) and
+`quality` (a real pretrained model and real text, each loop over seeds).
 
 Chosen by `--bench-profile` or the BENCH_PROFILE variable. The quick profile keeps every
 question the suite asks but shrinks the models, the step counts and the grid. The data profile runs the
@@ -101,6 +102,8 @@ def _profiles() -> dict[str, Profile]:
     }
     # Only test_data_at_size.py runs in it (conftest.py): the other groups' settings are quick's.
     chosen["data"] = replace(chosen["quick"], name="data", data_sizes=("1MB", "50MB", "200MB"), data_all_rows=True)
+    # Only test_quality.py runs in it (conftest.py): a real pretrained model fine-tuned by each loop over seeds.
+    chosen["quality"] = replace(chosen["quick"], name="quality", cpu_xla_flags="")
     return chosen
 
 

@@ -14,7 +14,7 @@ from itertools import product
 import pytest
 from conftest import python_code, run
 
-from benchmarks import graph_types, grid, isolation, measure_finetuning, profiles, reports
+from benchmarks import graph_types, grid, isolation, measure_finetuning, measure_quality, profiles, reports
 from benchmarks.records import Record
 from {{ cookiecutter.project_slug }}.config import PADDING_MODES
 from {{ cookiecutter.project_slug }}.data.batching import LAST_BATCH_POLICIES
@@ -397,6 +397,69 @@ def test_pytest_benchmark_compare_reads_two_saved_runs(tmp_path):
     )
     assert compared.returncode == 0, compared.stderr
     assert compared.stdout.count("test_sleepless") == 2
+
+
+def collected(profile: str) -> list[str]:
+    """The benchmark ids a profile collects (pytest --collect-only in a plain pytest run)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS"))}
+    ran = subprocess.run([sys.executable, "-m", "pytest", "benchmarks", "--collect-only", "-q", "-p", "no:cacheprovider",
+                          "--bench-profile", profile], capture_output=True, text=True, timeout=300, env=env)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    return [line for line in ran.stdout.splitlines() if "::" in line]
+
+
+def test_the_quality_group_runs_in_its_own_profile_and_nowhere_else():
+    """An hour of fine-tuning: every row at the pretrained rate, the Trainer and the project at the higher one, 3 seeds
+    each, in --bench-profile quality alone; the quick profile (make test) never collects it."""
+    quality = collected("quality")
+    assert all(line.startswith("benchmarks/test_quality.py::") for line in quality)
+    assert len(quality) == 3 * (len(measure_quality.ROWS) + 2) == 21
+    assert "benchmarks/test_quality.py::test_trains_as_well_as_the_trainer[2e-05-trainer-seed0]" == quality[0]
+    assert not [line for line in collected("quick") if "test_quality.py" in line]
+
+
+def test_the_quality_text_is_labelled_by_mean_rating_and_split_once(tmp_path, monkeypatch):
+    """The VADER ratings become 3 labels (<= -0.5, between, >= 0.5), shuffled once, 3,000 to train and 2,000 to
+    evaluate, written once into the cache (a second call downloads nothing)."""
+    import io
+    import tarfile
+
+    ratings = [-4.0, -0.5, -0.49, 0.0, 0.49, 0.5, 3.1] * 800  # 5,600 sentences
+    lines = "".join(f"{index}\t{rating}\tsentence {index}, rated {rating}\n" for index, rating in enumerate(ratings))
+    name, version, archive_path, member = measure_quality.TEXT_PACKAGE
+    downloads = []
+
+    def fake_download(package, release, into, source):
+        downloads.append((package, release, source))
+        inner = io.BytesIO()
+        with tarfile.open(fileobj=inner, mode="w:gz") as data:
+            payload = lines.encode()
+            info = tarfile.TarInfo(member)
+            info.size = len(payload)
+            data.addfile(info, io.BytesIO(payload))
+        outer_path = into / f"{package}-{release}.tar.gz"
+        with tarfile.open(outer_path, "w:gz") as outer:
+            info = tarfile.TarInfo(f"{package}-{release}/{archive_path}")
+            info.size = len(inner.getvalue())
+            outer.addfile(info, io.BytesIO(inner.getvalue()))
+        return outer_path
+
+    monkeypatch.setenv("QUALITY_CACHE", str(tmp_path))
+    monkeypatch.setattr(measure_quality, "_download", fake_download)
+    text = measure_quality.real_text()
+    assert downloads == [(name, version, True)]
+    assert sum(text["train_labels"]) == 3000 and sum(text["eval_labels"]) == 2000
+    import csv
+
+    rows = {}
+    for split in ("train_file", "eval_file"):
+        with open(text[split], newline="", encoding="utf-8") as handle:
+            rows[split] = list(csv.DictReader(handle))
+    for row in rows["train_file"] + rows["eval_file"]:
+        rating = float(row["text"].rpartition(" ")[2])
+        assert int(row["label"]) == (0 if rating <= -0.5 else 2 if rating >= 0.5 else 1)
+    assert not {row["text"] for row in rows["train_file"]} & {row["text"] for row in rows["eval_file"]}
+    assert measure_quality.real_text() == text and len(downloads) == 1  # cached
 
 
 HOLD_MEMORY = "import sys; data = b'x' * (64 * 2**20); print('ready', flush=True); sys.stdin.read()"
