@@ -90,6 +90,9 @@ MUTATIONS = [
              "if value == defaults[option.name] or not value:",
              ("tests/test_training.py", "-k", "compilations_do_not_grow"),
              "the card's command line leaves out settings given as 0 or false"),
+    Mutation("loop/optimizers.py", '{"params": [p for name, p in trainable if name not in decayed], "weight_decay": 0.0}',
+             '{"params": [p for name, p in trainable if name not in decayed], "weight_decay": weight_decay}',
+             ("tests/test_trainer_parity.py",), "biases and normalization weights decayed, unlike the Trainer"),
 ]
 
 

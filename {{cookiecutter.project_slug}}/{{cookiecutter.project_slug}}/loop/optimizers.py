@@ -11,8 +11,8 @@ import torch
 
 from .adamw import AdamW
 
-# What transformers' Trainer leaves out of weight decay (Trainer.get_decay_parameter_names, 5.25), as Accelerate's
-# nlp_example does: biases and normalization weights, by layer type and by name. Decaying a LayerNorm's scale pulls
+# What transformers' Trainer leaves out of weight decay (Trainer.get_decay_parameter_names, 5.25), as transformers'
+# no_trainer examples do (run_glue_no_trainer.py): biases and normalization weights, by layer type and by name. Decaying a LayerNorm's scale pulls
 # it towards 0, not towards a neutral 1, and a bias has no scale for decay to regularize.
 NO_DECAY_LAYERS = (torch.nn.LayerNorm,)
 NO_DECAY_NAMES = (r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)")
