@@ -154,7 +154,7 @@ def measure(row: str, rate: float, seed: int, text: dict, model: str, output: Pa
         found = {"eval_accuracy": report["eval_accuracy"], "eval_macro_f1": report["eval_macro_f1"],
                  "optimizer_steps": report["learning_rate"]["optimizer_steps"],
                  "eval_examples": report["eval_examples_counted"],
-                 "xla_compilations": report["xla_compilations"]}
+                 "xla_compilations": report["xla_compilations"], "device": report["device"]}
     else:
         output.mkdir(parents=True, exist_ok=True)
         settings = {"row": row, "rate": rate, "seed": seed, "model": model, "output": str(output), **text}
@@ -165,7 +165,7 @@ def measure(row: str, rate: float, seed: int, text: dict, model: str, output: Pa
         if result.returncode:
             raise AssertionError(f"{row} at {rate}, seed {seed} failed:\n{result.stderr[-3000:]}")
         found = json.loads((output / "quality.json").read_text())
-    return {**found, "seconds": time.perf_counter() - started}
+    return {"device": "cpu (host)", **found, "seconds": time.perf_counter() - started}
 
 
 def _tokenized(settings: dict):
@@ -260,4 +260,5 @@ def accelerate_row(settings: dict) -> dict:
 if __name__ == "__main__":
     chosen = json.loads(sys.argv[1])
     measured = (trainer_row if chosen["row"] == "trainer" else accelerate_row)(chosen)
-    Path(chosen["output"], "quality.json").write_text(json.dumps(measured))
+    Path(chosen["output"], "quality.json").write_text(json.dumps({**measured, "row": chosen["row"], "rate": chosen["rate"],
+                                                                 "seed": chosen["seed"]}))
