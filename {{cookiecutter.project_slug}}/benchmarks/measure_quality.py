@@ -266,5 +266,6 @@ def accelerate_row(settings: dict) -> dict:
 if __name__ == "__main__":
     chosen = json.loads(sys.argv[1])
     measured = (trainer_row if chosen["row"] == "trainer" else accelerate_row)(chosen)
-    Path(chosen["output"], "quality.json").write_text(json.dumps({**measured, "row": chosen["row"], "rate": chosen["rate"],
-                                                                 "seed": chosen["seed"]}))
+    # The case beside the figures, named as the suite's extra_info names them (a file read alone says what it is).
+    case = {"row": chosen["row"], "learning_rate": chosen["rate"], "seed": chosen["seed"]}
+    Path(chosen["output"], "quality.json").write_text(json.dumps({**measured, **case}))

@@ -1,6 +1,7 @@
 """Trains as well as the Trainer: a real pretrained model fine-tuned on real labelled text by each loop, at the
 pretrained rate (every row) and a higher one (the Trainer and the project's default step), over three seeds
-(`--bench-profile quality`; about 40 minutes on two CPU cores, so no other profile runs it). measure_quality.py says where the model and the text come from and what each row does.
+(`--bench-profile quality`; about 40 minutes on two CPU cores, so no other profile runs it). measure_quality.py says
+where the model and the text come from and what each row does.
 
 Each run's eval accuracy and macro-F1 are its own; once a row's last seed has run, the row also gets its mean and
 spread (max - min) over the seeds and its mean's distance from the Trainer's, in points. What is asserted: every run
