@@ -34,6 +34,18 @@ def test_baked_pyproject_uses_the_pin(default_project):
     assert f'"torch_xla[pallas]=={version}"' in text
 
 
+def test_libtpu_is_the_release_torch_xla_pins_for_tpus(default_project):
+    """plan.py --compile's libtpu (the `plan` extra) is the one torch_xla's own `tpu` extra installs on a TPU VM: the
+    compiler that checks a plan is the one the run compiles with."""
+    from importlib.metadata import requires
+
+    (wanted,) = [Requirement(line) for line in requires("torch_xla") if line.startswith("libtpu")]
+    assert 'extra == "tpu"' in str(wanted.marker)
+    assert str(wanted.specifier) == f"=={pinned('libtpu')}"
+    plan = tomllib.loads((default_project / "pyproject.toml").read_text())["project"]["optional-dependencies"]["plan"]
+    assert f"libtpu=={pinned('libtpu')}" in plan
+
+
 def constraint_pins(project) -> dict[str, str]:
     """{name: version} of a baked constraints.txt's `name==version` lines."""
     lines = [line.split("#")[0].strip() for line in (project / "constraints.txt").read_text().splitlines()]

@@ -34,6 +34,10 @@ class Mutation:
 CHECKS = ("tests/test_schedules.py", "tests/test_cli.py", "-m", "not slow")
 TRUST = ("tests/test_checkpoint_trust.py",)
 MUTATIONS = [
+    Mutation("planning/estimate.py", "rows = -(-shape[0] // shards) if shape else 1", "rows = shape[0] if shape else 1",
+             ("tests/test_plan.py", "-m", "not slow"), "fsdp's split of the state over the chips forgotten"),
+    Mutation("planning/estimate.py", "if peak <= device_bytes * (1 + MEASURED_ERROR):", "if peak <= device_bytes:",
+             ("tests/test_plan.py", "-m", "not slow"), "a run stopped within the estimate's measured error"),
     Mutation("config/checks.py", "if not 0 <= config.warmup_ratio < 1:", "if not 0 <= config.warmup_ratio <= 1:",
              CHECKS, "a warm-up ratio of 1 (no step after the warm-up) allowed"),
     Mutation("config/checks.py", "and not isinstance(value, bool) and value >= least", "and value >= least",

@@ -1,5 +1,6 @@
-"""The suite's sizes: `quick` (CI, a few minutes on two CPU cores), `full` (a TPU host), `data` (large corpora) and
-`quality` (a real pretrained model and real text, each loop over seeds).
+"""The suite's sizes: `quick` (CI, a few minutes on two CPU cores), `full` (a TPU host), `data` (large corpora),
+`quality` (a real pretrained model and real text, each loop over seeds) and `plan` (the plan against the TPU compiler
+at the default model's real size).
 
 Chosen by `--bench-profile` or the BENCH_PROFILE variable. The quick profile keeps every
 question the suite asks but shrinks the models, the step counts and the grid. The data profile runs the
@@ -104,6 +105,8 @@ def _profiles() -> dict[str, Profile]:
     chosen["data"] = replace(chosen["quick"], name="data", data_sizes=("1MB", "50MB", "200MB"), data_all_rows=True)
     # Only test_quality.py runs in it (conftest.py): a real pretrained model fine-tuned by each loop over seeds.
     chosen["quality"] = replace(chosen["quick"], name="quality", cpu_xla_flags="")
+    # Only test_plan_accuracy.py runs in it: the default model at its real size, compiled for a TPU (an hour or more).
+    chosen["plan"] = replace(chosen["quick"], name="plan")
     return chosen
 
 

@@ -14,7 +14,16 @@ from itertools import product
 import pytest
 from conftest import python_code, run
 
-from benchmarks import graph_types, grid, isolation, measure_finetuning, measure_quality, profiles, reports
+from benchmarks import (
+    graph_types,
+    grid,
+    isolation,
+    measure_finetuning,
+    measure_plan,
+    measure_quality,
+    profiles,
+    reports,
+)
 from benchmarks.records import Record
 from {{ cookiecutter.project_slug }}.config import PADDING_MODES
 from {{ cookiecutter.project_slug }}.data.batching import LAST_BATCH_POLICIES
@@ -416,6 +425,18 @@ def test_the_quality_group_runs_in_its_own_profile_and_nowhere_else():
     assert len(quality) == 3 * (len(measure_quality.ROWS) + 2) == 21
     assert "benchmarks/test_quality.py::test_trains_as_well_as_the_trainer[2e-05-trainer-seed0]" == quality[0]
     assert not [line for line in collected("quick") if "test_quality.py" in line]
+
+
+def test_the_plan_group_compiles_the_real_size_in_its_own_profile_and_a_narrowed_model_in_the_quick_one():
+    """The default model at its real size (minutes a row) in --bench-profile plan alone: two batch sizes, both layouts,
+    bf16 and float32, LoRA once; make test's quick profile compiles the narrowed model once, sharded over 4 chips."""
+    plan = collected("plan")
+    assert [line.split("[")[1].rstrip("]") for line in plan] == [row.name for row in measure_plan.ROWS]
+    assert len(plan) == 9 and all(line.startswith("benchmarks/test_plan_accuracy.py::") for line in plan)
+    assert {(row.layout, row.precision, row.batch) for row in measure_plan.ROWS if not row.lora_r} == {
+        (layout, precision, batch) for layout in ("data", "fsdp") for precision in ("bf16", "no") for batch in (16, 32)}
+    quick = [line for line in collected("quick") if "test_plan_accuracy.py" in line]
+    assert [line.split("[")[1].rstrip("]") for line in quick] == ["fsdp-bf16-8x128"]
 
 
 def test_the_quality_text_is_labelled_by_mean_rating_and_split_once(tmp_path, monkeypatch):

@@ -21,14 +21,14 @@ class _DefaultUnlessSaid(argparse.ArgumentDefaultsHelpFormatter):
         return action.help if "default" in (action.help or "").lower() else super()._get_help_string(action)
 
 
-def build_parser() -> HfArgumentParser:
-    """The options of TrainConfig, each `--no_X` with a help of its own.
+def build_parser(*more) -> HfArgumentParser:
+    """The options of TrainConfig (and of the dataclasses `more`, plan.py's), each `--no_X` with a help of its own.
 
     HfArgumentParser adds a `--no_X` (store_false) for every bool field whose default is True, with a copy of
     X's metadata, so its help repeated X's ("Save checkpoints: ...") and showed "(default: False)".
     """
     # No abbreviations: argparse would take --lr for --lr_scheduler_type, and --learning for --learning_rate.
-    options = HfArgumentParser(TrainConfig, allow_abbrev=False, formatter_class=_DefaultUnlessSaid)
+    options = HfArgumentParser((TrainConfig, *more), allow_abbrev=False, formatter_class=_DefaultUnlessSaid)
     for action in options._actions:
         if isinstance(action, argparse._StoreFalseAction) and action.option_strings[0] == f"--no_{action.dest}":
             action.help = f"The same as --{action.dest} false."

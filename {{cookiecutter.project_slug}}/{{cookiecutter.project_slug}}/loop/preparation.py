@@ -18,9 +18,11 @@ from ..data.preparation import timed
 from ..launch.processes import main_process_first
 from ..models import lora
 from ..models.modeling import check_positions, make_graph_friendly
+from ..planning import estimate
 from ..precision import bf16_updates
 from ..precision import levels as precision
 from ..tasks import task
+from ..xla import device as devices
 from . import optimizers
 
 
@@ -73,14 +75,21 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
             say(bf16_updates.warning(precision_report.effective, precision_report.updates_at_risk))
     if precision_report.effective != precision_report.requested:  # a fallback (the XLA variables did not apply)
         say(f"precision: {precision_report.verified}")
+    replicas = layout.replicas(accelerator)  # chips (fsdp) or processes (data) sharing one optimizer step
+    batch_size, accumulation = config.per_chip_train_batch(demo, replicas), config.gradient_accumulation_steps
+    # Before anything reaches the device: a step that cannot fit stops here, not after minutes of compiling.
+    line, problem = estimate.check_at_start(
+        model, estimate.Recipe.of(config, batch_size, precision_report.effective, layout.name, task.NAME), replicas,
+        devices.memory_per_chip(accelerator.device))
+    say(line)
+    if problem:
+        raise ConfigError(problem)
     model = layout.wrap(precision.apply_to_model(model, precision_report, accelerator.device))
 
     collator = task.make_collator(tokenizer, config.padding, config.max_seq_length)
-    replicas = layout.replicas(accelerator)  # chips (fsdp) or processes (data) sharing one optimizer step
     if layout.name == "fsdp" and replicas == 1:
         say("fsdp: the mesh has 1 device, so nothing is sharded (on the CPU, CPU_NUM_DEVICES=N gives N XLA devices; "
             "on a TPU every chip joins the mesh)")
-    batch_size, accumulation = config.per_chip_train_batch(demo, replicas), config.gradient_accumulation_steps
     global_batch = batch_size * replicas * accumulation  # Prepared.global_batch
     if demo and config.train_batch_size is None and global_batch != DEMO_GLOBAL_BATCH:
         say(f"demo: its global batch of {DEMO_GLOBAL_BATCH} does not split evenly over {replicas} chips x "

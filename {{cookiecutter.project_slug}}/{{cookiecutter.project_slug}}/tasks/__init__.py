@@ -6,6 +6,9 @@ for every task; a task module gives them:
   load_examples(config, demo)     -> (data source, tokenizer, train examples, eval examples)
   make_collator(tokenizer, padding, max_seq_length) -> every batch the same shape (padding="fixed")
   build_model(config, demo, vocab_size)
+  build_shape(config)             -> that model from its config alone, on the meta device (plan.py)
+  batch_shapes(model, rows, length) -> {name: (shape, dtype)} of a training batch (plan.py)
+  default_train_examples(max_seq_length) -> the default data set's training examples in an epoch (plan.py)
   COUNTS, eval_batch(model, batch, valid, metric_dtype) -> an int64 tensor of one eval batch's COUNTS, on the device
                                      (the loss among them in fixed_point's units, exact in every precision level)
   metrics(counts)                 -> the eval_* fields of the report

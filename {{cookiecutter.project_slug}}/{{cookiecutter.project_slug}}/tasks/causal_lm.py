@@ -18,7 +18,7 @@ import math
 import datasets
 import torch
 from torch.utils.data import DataLoader
-from transformers import AutoModelForCausalLM, DataCollatorForSeq2Seq, LlamaConfig, LlamaForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, DataCollatorForSeq2Seq, LlamaConfig, LlamaForCausalLM
 
 from ..config import ATTENTION, PADDING_MODES, TrainConfig
 from ..data import packing, preparation, streaming
@@ -153,6 +153,24 @@ def build_model(config: TrainConfig, demo: bool, vocab_size: int | None = None):
     return from_hub_or_folder(
         lambda name: AutoModelForCausalLM.from_pretrained(name, attn_implementation=ATTENTION), config.model_name_or_path
     )
+
+
+def build_shape(config: TrainConfig):
+    """The model build_model would load, from its config alone and on the meta device: no weight is read (plan.py)."""
+    model_config = from_hub_or_folder(AutoConfig.from_pretrained, config.model_name_or_path)
+    with torch.device("meta"):
+        return AUTO_MODEL.from_config(model_config, attn_implementation=ATTENTION)
+
+
+def batch_shapes(model, rows: int, length: int) -> dict:
+    """{name: (shape, dtype)} of a training batch of `rows` packed blocks (padding="fixed")."""
+    return {name: ((rows, length), torch.int64) for name in ("input_ids", "attention_mask", "labels")}
+
+
+def default_train_examples(max_seq_length: int) -> int:
+    """The default data set's training blocks in an epoch, for plan.py's run length: WikiText-2's train split is
+    about 2.4 million tokens in a byte-level BPE such as GPT-2's (transformers' run_clm makes 2,318 blocks of 1,024)."""
+    return 2_400_000 // max_seq_length
 
 
 def eval_batch(model, batch, valid, metric_dtype):

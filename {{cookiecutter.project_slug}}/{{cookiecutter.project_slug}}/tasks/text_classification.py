@@ -8,6 +8,7 @@ import math
 
 import torch
 from transformers import (
+    AutoConfig,
     AutoModelForSequenceClassification,
     BertConfig,
     BertForSequenceClassification,
@@ -126,6 +127,30 @@ def build_model(config: TrainConfig, demo: bool, vocab_size: int | None = None):
         ),
         config.model_name_or_path,
     )
+
+
+def build_shape(config: TrainConfig):
+    """The model build_model would load, from its config alone and on the meta device: no weight is read (plan.py)."""
+    model_config = from_hub_or_folder(
+        lambda name: AutoConfig.from_pretrained(name, num_labels=config.num_labels), config.model_name_or_path
+    )
+    with torch.device("meta"):
+        return AUTO_MODEL.from_config(model_config, attn_implementation=ATTENTION)
+
+
+def batch_shapes(model, rows: int, length: int) -> dict:
+    """{name: (shape, dtype)} of a training batch of `rows` texts (the collator's, padding="fixed"); token type ids
+    where the model has a table of them (BERT's tokenizer gives them)."""
+    shapes = {"input_ids": ((rows, length), torch.int64), "attention_mask": ((rows, length), torch.int64),
+              "labels": ((rows,), torch.int64)}
+    if getattr(model.config, "type_vocab_size", 0) > 1:
+        shapes["token_type_ids"] = ((rows, length), torch.int64)
+    return shapes
+
+
+def default_train_examples(max_seq_length: int) -> int:
+    """The default data set's training examples in an epoch (GLUE MRPC's train split): plan.py's run length."""
+    return 3668
 
 
 def eval_batch(model, batch, valid, metric_dtype):

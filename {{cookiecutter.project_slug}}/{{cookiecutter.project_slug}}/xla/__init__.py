@@ -14,4 +14,5 @@ the package in its device-free parent process, and the laptop path runs with tor
   checkpoint.py   torch_xla's planners for torch.distributed.checkpoint, and activation checkpointing
   hub_kernels.py  transformers' hub kernels turned off on a model that trains on XLA (kernels knows no xla device)
   jax_step.py     --step_function jax: the whole training step as one JAX function, traced once (torchax, call_jax)
+  tpu_compile.py  plan.py --compile: that step compiled for a TPU slice by libtpu, on this machine, without a TPU
 """

@@ -83,3 +83,17 @@ def zeros_like(tensor):
         return torch.zeros_like(tensor)
     sharded = sharded_zeros_like(tensor)
     return sharded if sharded is not None else _as_data(torch.zeros(tensor.shape, dtype=tensor.dtype), tensor.device)
+
+
+def memory_per_chip(device) -> int | None:
+    """The bytes one chip offers a program (torch_xla's bytes_limit), where the device says: a TPU does; XLA:CPU
+    answers UNIMPLEMENTED ("GetAllocatorStats is not supported"), and a device that is not XLA has none here."""
+    if not uses_xla(device):
+        return None
+    import torch_xla.core.xla_model as xm
+
+    try:
+        limit = xm.get_memory_info(device).get("bytes_limit")
+    except RuntimeError:
+        return None
+    return int(limit) if limit else None

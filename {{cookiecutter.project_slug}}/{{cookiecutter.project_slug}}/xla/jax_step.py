@@ -39,13 +39,8 @@ class WholeStep:
             # Its torch_xla checkpoint function cannot run on torchax tensors (jax.checkpoint would be the route).
             raise ValueError("gradient checkpointing is not supported by the whole JAX step: use the lazy step")
         self.model, self.optimizer = model, getattr(optimizer, "optimizer", optimizer)
-        self.max_grad_norm, self.autocast_dtype = max_grad_norm, autocast_dtype
-        parameters = dict(model.named_parameters())  # a tied weight once: functional_call ties it back
-        self.trainable = {name: p for name, p in parameters.items() if p.requires_grad}
-        # Frozen weights and buffers go in as inputs too: a device tensor the function captured instead fails
-        # ("mixed math between XLATensor and torch.Tensor").
-        self.frozen = {**{name: p for name, p in parameters.items() if not p.requires_grad},
-                       **dict(model.named_buffers())}
+        self.max_grad_norm = max_grad_norm
+        self.trainable, self.frozen = step_inputs(model)
         # Under SPMD, an input without a sharding (FSDPv2 leaves buffers unmarked) comes out of the first step
         # marked replicated, and the second step was another graph: marked so from the start.
         for tensor in [*self.trainable.values(), *self.frozen.values()]:
@@ -56,14 +51,9 @@ class WholeStep:
         if missing:
             raise ValueError(f"trainable weights the optimizer does not step: {', '.join(missing[:5])}")
         self.groups = [group_of[id(p)] for p in self.trainable.values()]
-        # torch's embedding backward leaves the padding row's gradient 0; JAX's gradient of a gather does not know
-        # that row, so it is zeroed by hand (else AdamW moves the pad token's vector, unlike the lazy step).
-        name_of = {id(p): name for name, p in self.trainable.items()}
-        self.padding_rows = {name_of[id(m.weight)]: m.padding_idx for m in model.modules()
-                             if isinstance(m, torch.nn.Embedding) and m.padding_idx is not None and id(m.weight) in name_of}
         # Our own cache, not call_jax's module-level one: that one is keyed by the function's id and keeps every
         # function (and so its model's device weights) alive for the whole process.
-        self.callable = JaxCallable(self._function)
+        self.callable = JaxCallable(step_function(model, self.trainable, autocast_dtype))
 
     @torch.no_grad()
     def __call__(self, batch: dict) -> tuple:
@@ -97,27 +87,47 @@ class WholeStep:
             torch._foreach_copy_(targets, [new[name][index] for name in names])
         return loss, norm if self.max_grad_norm is not None else None
 
-    def _function(self, trainable, frozen, moments, batch, moving, seed, rows, constants, max_norm):
-        """The step in JAX: traced once per input structure (shapes, dtypes, names, rows, constants)."""
-        import jax
-        import jax.numpy as jnp
-        import torchax
-        from torchax.interop import jax_view, torch_view
 
-        env = torchax.default_env()
+def step_inputs(model) -> tuple[dict, dict]:
+    """The step's weights by name: (trainable, frozen weights and buffers). A tied weight once: functional_call ties
+    it back. Frozen weights and buffers go in as inputs too: a device tensor the function captured instead fails
+    ("mixed math between XLATensor and torch.Tensor"); the TPU compile (tpu_compile.py) gives their shapes."""
+    parameters = dict(model.named_parameters())
+    trainable = {name: p for name, p in parameters.items() if p.requires_grad}
+    frozen = {**{name: p for name, p in parameters.items() if not p.requires_grad}, **dict(model.named_buffers())}
+    return trainable, frozen
 
+
+def step_function(model, trainable: dict, autocast_dtype=None):
+    """The step in JAX, `(trainable, frozen, moments, batch, moving, seed, rows, constants, max_norm) -> (loss, norm,
+    {name: (weight, exp_avg, exp_avg_sq)})`: traced once per input structure (shapes, dtypes, names, rows,
+    constants). The run calls it through torch_xla (WholeStep); the plan compiles it for a TPU from shapes alone
+    (tpu_compile.py). `model` may live on any device, the meta device included: only its code runs."""
+    import jax
+    import jax.numpy as jnp
+    import torchax
+    from torchax.interop import jax_view, torch_view
+
+    # torch's embedding backward leaves the padding row's gradient 0; JAX's gradient of a gather does not know
+    # that row, so it is zeroed by hand (else AdamW moves the pad token's vector, unlike the lazy step).
+    name_of = {id(p): name for name, p in trainable.items()}
+    padding_rows = {name_of[id(m.weight)]: m.padding_idx for m in model.modules()
+                    if isinstance(m, torch.nn.Embedding) and m.padding_idx is not None and id(m.weight) in name_of}
+    env = torchax.default_env()
+
+    def function(trainable, frozen, moments, batch, moving, seed, rows, constants, max_norm):
         def loss_of(weights):
-            key = jax.random.fold_in(jax.random.PRNGKey(seed[0]), seed[1])
-            amp = _autocast(env, self.autocast_dtype) if self.autocast_dtype else contextlib.nullcontext()
+            # Dropout's masks from the "unsafe_rbg" generator (runtime.torchax_for_the_jax_step says why).
+            key = jax.random.fold_in(jax.random.key(seed[0], impl="unsafe_rbg"), seed[1])
+            amp = _autocast(env, autocast_dtype) if autocast_dtype else contextlib.nullcontext()
             # torchax's generator seeded for this trace only (override_property pops it after), so that no tracer
             # stays behind in the environment.
-            with env, env.override_property(prng=key), amp, _plain_forwards(self.model):
-                output = torch.func.functional_call(self.model, torch_view({**weights, **frozen}), (),
-                                                    torch_view(batch))
+            with env, env.override_property(prng=key), amp, _plain_forwards(model):
+                output = torch.func.functional_call(model, torch_view({**weights, **frozen}), (), torch_view(batch))
             return jax_view(output.loss).astype(jnp.float32)
 
         loss, grads = jax.value_and_grad(loss_of)(trainable)
-        for name, row in self.padding_rows.items():
+        for name, row in padding_rows.items():
             # A mask, not `.at[row].set(0)`: under SPMD, with the table split by rows, that update zeroed more than
             # the row (measured: the table's gradient norm 0.097 instead of 0.116 on 4 devices).
             rows_of = jnp.arange(grads[name].shape[0]).reshape((-1,) + (1,) * (grads[name].ndim - 1))
@@ -137,6 +147,8 @@ class WholeStep:
             update = avg / (jnp.sqrt(sq) / correction2_sqrt + eps) * step_size
             new[name] = (trainable[name] * decay - update, avg, sq)
         return loss, norm, new
+
+    return function
 
 
 def _int32(tensor):

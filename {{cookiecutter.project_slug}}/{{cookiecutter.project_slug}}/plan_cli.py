@@ -1,0 +1,212 @@
+"""plan.py's command line: what a run needs per chip on each TPU named, whether it fits, how long and what it costs.
+
+`python plan.py --tpu v5e-1,v5e-8,v6e-8 [train.py's flags]`: the estimate (planning/estimate.py) from the model's
+config alone, in seconds, torch_xla not needed. `--compile` adds the TPU compiler's own answer for the step the run
+would execute (xla/tpu_compile.py, the `plan` extra): minutes a target. Bad input is one line naming the field, exit
+status 2, nothing written.
+"""
+
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cli import build_parser, unknown_flag
+from .config import ConfigError, TrainConfig
+from .planning import estimate, targets
+from .planning.table import table
+
+
+class CompileFailed(RuntimeError):
+    """The TPU compiler refused the step for a reason other than memory (that one is a figure of the plan)."""
+
+
+@dataclass
+class PlanOptions:
+    tpu: str = field(default="v5e-1,v5e-8,v6e-8", metadata={"help": "TPU slices to plan for, comma-separated, side by "
+                     "side: a generation and its number as Google names slices (v5e-8 = 8 chips; v4-8 and v5p-8 count "
+                     "TensorCores: 4 chips)."})
+    price_per_chip_hour: float | None = field(default=None, metadata={"help": "US dollars per chip-hour. Default: "
+                                              "each generation's on-demand list price (planning/targets.py: read "
+                                              f"{targets.PRICES_READ}; prices change)."})
+    mfu: float = field(default=0.4, metadata={"help": "The share of the chip's peak bf16 FLOP/s a step is assumed "
+                       "to reach (model FLOPs utilisation): the step time the run's hours follow from."})
+    train_examples: int | None = field(default=None, metadata={"help": "Training examples in an epoch (causal LM: "
+                                       "blocks of max_seq_length tokens). Default: the default data set's."})
+    compile: bool = field(default=False, metadata={"help": "Also compile the step for each TPU with its own compiler, "
+                          "here, without a TPU (needs the plan extra; minutes a TPU)."})
+
+
+def parse(argv=None) -> tuple[TrainConfig, PlanOptions]:
+    parser = build_parser(PlanOptions)
+    parser.prog = "plan.py"
+    try:
+        config, options, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    except ConfigError as error:
+        parser.error(str(error))
+    if remaining:
+        parser.error(unknown_flag(parser, remaining))
+    return config, options
+
+
+def recipe_of(config: TrainConfig, task) -> estimate.Recipe:
+    from .config.defaults import TRAIN_BATCH_SIZE
+    from .precision.levels import requested_level
+
+    return estimate.Recipe.of(config, config.train_batch_size or TRAIN_BATCH_SIZE, requested_level(config),
+                              config.parallelism, task.NAME)
+
+
+def run_model(config: TrainConfig, recipe: estimate.Recipe):
+    """The model the run trains, on the meta device: the task's architecture, LoRA's adapters, the level's dtype."""
+    import torch
+
+    from .models import lora
+    from .models.modeling import make_graph_friendly
+    from .tasks import task
+
+    model = make_graph_friendly(task.build_shape(config))
+    model = lora.add_adapters(model, config)
+    return model.to(torch.bfloat16) if recipe.weight_bytes == 2 else model
+
+
+def compiler_problem(config: TrainConfig, recipe: estimate.Recipe) -> str | None:
+    """Why --compile cannot compile this run's step: it compiles the whole-step function (xla/jax_step.py)."""
+    from .xla.tpu_compile import tpu_compiler_problem
+
+    missing = tpu_compiler_problem()
+    if missing:
+        return f"compile: {missing}: pip install -e '.[plan]' -c constraints.txt"
+    if recipe.optimizer != "adamw" or recipe.kahan_summation:
+        return "compile: the whole-step function steps the default AdamW only (--optim adamw, no --kahan_summation)"
+    if recipe.gradient_checkpointing:
+        return "compile: gradient_checkpointing is not in the whole-step function yet; the estimate covers it"
+    if config.gradient_accumulation_steps > 1:
+        return "compile: gradient_accumulation_steps > 1 is not in the whole-step function yet; plan one micro-batch"
+    return None
+
+
+def compile_for(model, config: TrainConfig, recipe: estimate.Recipe, target) -> dict:
+    import torch
+
+    from .loop.optimizers import make_optimizer, parameter_groups
+    from .tasks import task
+    from .xla.jax_step import step_inputs
+    from .xla.tpu_compile import compile_step
+
+    optimizer = make_optimizer("adamw", parameter_groups(model, config.weight_decay), 1e-5, config.weight_decay, False)
+    group_of = {id(p): index for index, group in enumerate(optimizer.param_groups) for p in group["params"]}
+    trainable, _ = step_inputs(model)
+    topology, bounds = target.topology
+    return compile_step(
+        model, task.batch_shapes(model, recipe.per_chip_batch * target.chips, recipe.length), cache=compile_cache(),
+        topology=topology,
+        chips_per_host_bounds=bounds, shard_weights=recipe.layout == "fsdp",
+        autocast_dtype=torch.bfloat16 if recipe.level == "bf16" else None,
+        rows={name: group_of[id(p)] for name, p in trainable.items()},
+        constants=tuple((*group["betas"], group["eps"]) for group in optimizer.param_groups),
+        max_grad_norm=config.max_grad_norm or None,
+    )
+
+
+def compile_cache() -> Path:
+    """Where the TPU compiler's answers are kept (JSON, read back as data only): XDG_CACHE_HOME, else ~/.cache."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "{{ cookiecutter.project_slug }}-plans"
+
+
+def plan_target(model, config, options, recipe, target, train_examples: int) -> dict:
+    from .watch.flops import model_flops_per_token
+
+    chip = target.chip
+    usable = chip.usable_hbm_bytes
+    memory = estimate.memory(model, recipe, target.chips)
+    checkpointed = estimate.activation_bytes(model.config, recipe, checkpointing=True)
+    flops = model_flops_per_token(model, recipe.length) * recipe.length * recipe.per_chip_batch
+    step_seconds = flops / (chip.peak_bf16_flops * options.mfu)
+    global_batch = recipe.per_chip_batch * target.chips * config.gradient_accumulation_steps
+    steps = math.ceil(train_examples / global_batch) * config.num_epochs
+    if config.max_steps:
+        steps = min(steps, config.max_steps)
+    hours = steps * config.gradient_accumulation_steps * step_seconds / 3600
+    price = options.price_per_chip_hour if options.price_per_chip_hour is not None else chip.price_per_chip_hour
+    return {
+        "chips": target.chips, "usable_hbm_bytes": usable, "hbm_bytes": chip.hbm_bytes,
+        "fits": memory["peak_bytes"] <= usable,
+        "estimate": {**memory, "activations_checkpointed": checkpointed,
+                     "largest_batch": estimate.largest_batch(model, recipe, target.chips, usable)},
+        "step": {"model_flops_per_chip": flops, "mfu": options.mfu, "seconds": step_seconds,
+                 "examples_per_second_per_chip": recipe.per_chip_batch / step_seconds},
+        "run": {"optimizer_steps": steps, "hours": hours, "chip_hours": hours * target.chips,
+                "price_per_chip_hour": price, "cost": hours * target.chips * price,
+                "price_source": "--price_per_chip_hour" if options.price_per_chip_hour is not None else
+                f"on-demand list price, {chip.price_region}, read {targets.PRICES_READ}"},
+        "compiler": None,
+    }
+
+
+def with_compiler(plan: dict, compiled: dict, chip) -> dict:
+    """The compiler's figures beside the estimate, and the step's roofline time from them."""
+    roofline = max(compiled["flops"] / chip.peak_bf16_flops, compiled["bytes_accessed"] / chip.hbm_bytes_per_second) \
+        if compiled["flops"] is not None else None
+    fits = compiled["peak_bytes"] <= plan["usable_hbm_bytes"] if compiled["fits"] is None else compiled["fits"]
+    plan["compiler"] = {**compiled, "fits": fits, "roofline_step_seconds": roofline,
+                        "estimate_over_compiler": plan["estimate"]["peak_bytes"] / compiled["peak_bytes"]}
+    return plan
+
+
+def make_plan(config: TrainConfig, options: PlanOptions, say=print) -> dict:
+    from .tasks import task
+
+    chosen = targets.parse(options.tpu)
+    recipe = recipe_of(config, task)
+    if options.mfu <= 0 or options.mfu > 1:
+        raise ConfigError(f"mfu={options.mfu}: a share of the chip's peak, above 0 and at most 1")
+    if options.compile and (problem := compiler_problem(config, recipe)):
+        raise ConfigError(problem)
+    model = run_model(config, recipe)
+    train_examples = options.train_examples or task.default_train_examples(recipe.length)
+    report = {
+        "model": config.model_name_or_path, "task": task.NAME,
+        "recipe": {**vars(recipe), "gradient_accumulation_steps": config.gradient_accumulation_steps,
+                   "lora_r": config.lora_r, "num_epochs": config.num_epochs, "max_steps": config.max_steps,
+                   "train_examples": train_examples, "mfu": options.mfu},
+        "targets": {},
+    }
+    for target in chosen:
+        report["targets"][target.name] = plan_target(model, config, options, recipe, target, train_examples)
+    if options.compile:
+        for target in chosen:
+            say(f"compiling the step for {target.name} ({target.topology[0]}) with the TPU's compiler "
+                f"(answers kept in {compile_cache()})...")
+            try:
+                compiled = compile_for(model, config, recipe, target)
+            except Exception as error:  # anything but "does not fit" (a figure, not an error): the compiler's words
+                said = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
+                raise CompileFailed(f"compile for {target.name}: {said}") from error
+            with_compiler(report["targets"][target.name], compiled, target.chip)
+    return report
+
+
+def main(argv=None) -> int:
+    config, options = parse(argv)
+    from .data.hub import ModelUnavailable
+
+    try:
+        report = make_plan(config, options)
+    except (ConfigError, ModelUnavailable, targets.UnknownTarget) as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except CompileFailed as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
+    recipe = report["recipe"]
+    print(f"Plan: {report['model']} ({report['task']}), {recipe['per_chip_batch']} x {recipe['length']} per chip, "
+          f"{recipe['level']}, {recipe['layout']} layout, {recipe['optimizer']}, "
+          f"{recipe['train_examples']} examples x {recipe['num_epochs']} epochs")
+    print(table(report))
+    if config.report:
+        Path(config.report).write_text(json.dumps(report, indent=2) + "\n")
+        print(f"plan written to {config.report}")
+    return 0

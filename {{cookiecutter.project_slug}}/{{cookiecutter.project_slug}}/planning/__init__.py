@@ -1,0 +1,8 @@
+"""Plan a run before renting TPUs: what it needs per chip, whether it fits, how long it takes (plan.py).
+
+  targets.py   the TPU generations' published figures and list prices, and the slices --tpu names
+  table.py     plan.py's table: a row per figure, a column per slice
+  estimate.py  weights, gradients, optimizer state and activations per chip, from the model's config alone
+
+Nothing here imports torch_xla or libtpu: the TPU compiler's answer (--compile) comes through xla/tpu_compile.py.
+"""
