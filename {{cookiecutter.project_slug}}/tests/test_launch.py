@@ -353,7 +353,7 @@ def test_ci_runs_the_fast_tier_on_every_push_and_the_whole_suite_on_pull_request
     installs = {name: [tuple(shlex.split(step["run"])) for step in job["steps"] if "install" in step.get("run", "")]
                 for name, job in jobs.items()}
     tested, newest = ("pip", "install", "-e", ".[xla-cpu,dev]", "-c", "constraints.txt"), ("pip", "install", "-e", ".[xla-cpu,dev]")
-    everything = ("pip", "install", "-e", ".[xla-cpu,dev,trackers]", "-c", "constraints.txt")
+    everything = ("pip", "install", "-e", ".[xla-cpu,dev,trackers,plan]", "-c", "constraints.txt")
     xpk = (".venv-xpk/bin/pip", "install", f"xpk=={XPK_VERSION}")
     assert installs == {"fast": [tested], "full": [everything, xpk], "newest": [newest]}
 

@@ -99,9 +99,10 @@ def compile_for(model, config: TrainConfig, recipe: estimate.Recipe, target) -> 
     optimizer = make_optimizer("adamw", parameter_groups(model, config.weight_decay), 1e-5, config.weight_decay, False)
     group_of = {id(p): index for index, group in enumerate(optimizer.param_groups) for p in group["params"]}
     trainable, _ = step_inputs(model)
-    topology, bounds = target.topology
+    topology, bounds = target.topology(recipe.layout)
+    chips = target.chips if recipe.layout == "fsdp" else 1
     return compile_step(
-        model, task.batch_shapes(model, recipe.per_chip_batch * target.chips, recipe.length), cache=compile_cache(),
+        model, task.batch_shapes(model, recipe.per_chip_batch * chips, recipe.length), cache=compile_cache(),
         topology=topology,
         chips_per_host_bounds=bounds, shard_weights=recipe.layout == "fsdp",
         autocast_dtype=torch.bfloat16 if recipe.level == "bf16" else None,
@@ -121,8 +122,8 @@ def plan_target(model, config, options, recipe, target, train_examples: int) -> 
 
     chip = target.chip
     usable = chip.usable_hbm_bytes
-    memory = estimate.memory(model, recipe, target.chips)
-    checkpointed = estimate.activation_bytes(model.config, recipe, checkpointing=True)
+    memory = estimate.memory(model, recipe, target.chips, usable)
+    checkpointed = estimate.activation_bytes(model.config, recipe, target.chips, checkpointing=True)
     flops = model_flops_per_token(model, recipe.length) * recipe.length * recipe.per_chip_batch
     step_seconds = flops / (chip.peak_bf16_flops * options.mfu)
     global_batch = recipe.per_chip_batch * target.chips * config.gradient_accumulation_steps
@@ -178,7 +179,7 @@ def make_plan(config: TrainConfig, options: PlanOptions, say=print) -> dict:
         report["targets"][target.name] = plan_target(model, config, options, recipe, target, train_examples)
     if options.compile:
         for target in chosen:
-            say(f"compiling the step for {target.name} ({target.topology[0]}) with the TPU's compiler "
+            say(f"compiling the step for {target.name} ({target.topology(recipe.layout)[0]}) with the TPU's compiler "
                 f"(answers kept in {compile_cache()})...")
             try:
                 compiled = compile_for(model, config, recipe, target)

@@ -17,13 +17,25 @@ activations, through the origin; its gradients (1.84 GiB) never showed.
 import math
 from dataclasses import dataclass, replace
 
-# Bytes the backward pass finds kept, per layer and token: PER_WIDTH x (hidden + feed-forward width) + PER_SCORE x
-# heads x length, by compute dtype; and per logit of a language model's output, LOGIT_BYTES (float32 logits and
-# what the loss keeps of them). Fitted to libtpu 0.0.21's peaks for Qwen2.5-0.5B (2 and 24 layers, 8 to 32 x 128,
-# bf16 autocast): 44.7 KB a layer and token, 10.0 bytes a logit.
-PER_WIDTH = {"bf16": 6.5, "fp32": 13.0}
-PER_SCORE = {"bf16": 4.0, "fp32": 4.0}
+# Bytes the backward pass finds kept, per layer and token: PER_WIDTH x (hidden + feed-forward width), by compute
+# dtype; with dropout, DROPOUT_BYTES x (heads x length + hidden) more for its masks; and per logit of a language
+# model's output, LOGIT_BYTES (float32 logits and what the loss keeps of them). Fitted to libtpu 0.0.21's peaks on one
+# v5e chip at 8 to 32 x 128 a chip. Per layer and token: bert-base-cased 24.7 KB in bf16 autocast with its dropout
+# off, 34.8-36.2 KB with it, 41.6-42.6 KB in float32; Qwen2.5-0.5B (no dropout) 44.7 KB and 60.7 KB; its logits
+# 10.0 bytes each (2 and 24 layers apart). One width coefficient for both models is 9 % off each in bf16.
+PER_WIDTH = {"bf16": 7.1, "fp32": 9.4}
+DROPOUT_BYTES = 4.4
 LOGIT_BYTES = {"bf16": 10.0, "fp32": 10.0}
+# Under fsdp the partitioner draws dropout's random bits for more than each chip's share of the global batch:
+# bert-base-cased on 4 v5e chips kept FSDP_DROPOUT_COPIES of one chip's masks more, as well as each chip's. And it
+# gathers a split weight whole before the matmul or look-up that reads it: the largest one's full bytes count once.
+FSDP_DROPOUT_COPIES = 1.45
+# Near a chip's capacity libtpu's compiler recomputes activations instead of keeping them (rematerialization): it
+# brings the peak down to REMAT_TARGET of the chip's usable memory where it can, recomputing at most REMAT_SHARE of
+# the activations. Qwen2.5-0.5B on one v5e (15.75 GiB usable): at 32 x 128 the compiler kept 12.63 GiB (80.2 %; the
+# count above gives 15.4), at 64 x 128 it needed 19.98 GiB (the count: 25.3 GiB, 27 % of the activations less).
+REMAT_TARGET = 0.8
+REMAT_SHARE = 0.27
 
 
 @dataclass(frozen=True)
@@ -81,7 +93,13 @@ def state_bytes(model, recipe: Recipe, chips: int) -> dict:
     return {"weights": weights, "gradients": gradients, "optimizer_state": optimizer}
 
 
-def activation_bytes(config, recipe: Recipe, per_chip_batch: int | None = None, checkpointing: bool | None = None) -> int:
+def has_dropout(config) -> bool:
+    """Any dropout probability above 0 in the model's config (BERT's hidden and attention dropout; Qwen2 has 0)."""
+    return any("dropout" in key and isinstance(value, float) and value > 0 for key, value in config.to_dict().items())
+
+
+def activation_bytes(config, recipe: Recipe, chips: int = 1, per_chip_batch: int | None = None,
+                     checkpointing: bool | None = None) -> int:
     """What the forward pass keeps for the backward one, per chip, at this batch."""
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
     rows = recipe.per_chip_batch if per_chip_batch is None else per_chip_batch
@@ -89,30 +107,46 @@ def activation_bytes(config, recipe: Recipe, per_chip_batch: int | None = None, 
     tokens = rows * recipe.length
     hidden, layers = config.hidden_size, config.num_hidden_layers
     feed_forward = getattr(config, "intermediate_size", None) or 4 * hidden
-    layer = tokens * (PER_WIDTH[recipe.compute] * (hidden + feed_forward)
-                      + PER_SCORE[recipe.compute] * config.num_attention_heads * recipe.length)
+    masks = DROPOUT_BYTES * (config.num_attention_heads * recipe.length + hidden) if has_dropout(config) else 0
+    if recipe.layout == "fsdp" and chips > 1:
+        masks *= 1 + FSDP_DROPOUT_COPIES
+    layer = tokens * (PER_WIDTH[recipe.compute] * (hidden + feed_forward) + masks)
     # Checkpointed: each layer's input (the residual stream, float32 unless the weights are bf16) and one layer.
     kept = layers * layer if not checkpointing else layers * tokens * hidden * recipe.weight_bytes + layer
     logits = tokens * config.vocab_size * LOGIT_BYTES[recipe.compute] if recipe.causal_lm else 0
     return int(kept + logits)
 
 
-def memory(model, recipe: Recipe, chips: int) -> dict:
-    """{"peak_bytes", "parts"}: the estimate of a step's peak per chip and what it is made of. The weights and the
-    optimizer state are there throughout; the activations and the full set of gradients each at their own moment."""
+def gathered_bytes(model, recipe: Recipe, chips: int) -> int:
+    """Under fsdp on several chips, the largest weight gathered whole (embeddings, a language model's output)."""
+    if recipe.layout != "fsdp" or chips == 1:
+        return 0
+    return max(parameter.numel() for parameter in model.parameters()) * recipe.weight_bytes
+
+
+def memory(model, recipe: Recipe, chips: int, usable_bytes: int | None = None) -> dict:
+    """{"peak_bytes", "parts", "recomputed"}: the estimate of a step's peak per chip and what it is made of. The weights
+    and the optimizer state are there throughout; the activations and the full set of gradients each at their own
+    moment. On a chip of `usable_bytes`, near its capacity, less: the compiler recomputes activations (REMAT_*)."""
     parts = state_bytes(model, recipe, chips)
-    parts["activations"] = activation_bytes(model.config, recipe)
-    peak = parts["weights"] + parts["optimizer_state"] + max(parts["gradients"], parts["activations"])
-    return {"peak_bytes": peak, "parts": parts}
+    parts["activations"] = activation_bytes(model.config, recipe, chips) + gathered_bytes(model, recipe, chips)
+    state = parts["weights"] + parts["optimizer_state"]
+    kept = state + max(parts["gradients"], parts["activations"])
+    peak = kept
+    if usable_bytes and kept > REMAT_TARGET * usable_bytes:
+        least = state + max(parts["gradients"], int(parts["activations"] * (1 - REMAT_SHARE)))
+        peak = max(least, min(kept, int(REMAT_TARGET * usable_bytes)))
+    return {"peak_bytes": peak, "parts": parts, "recomputed": kept - peak}
 
 
 def largest_batch(model, recipe: Recipe, chips: int, usable_bytes: int) -> int:
-    """The largest per-chip batch whose estimate fits in `usable_bytes` (0: not even one example)."""
+    """The largest per-chip batch whose estimate fits in `usable_bytes` (0: not even one example): its activations,
+    less what the compiler may recompute, beside the state."""
     state = state_bytes(model, recipe, chips)
     room = usable_bytes - state["weights"] - state["optimizer_state"]
     if room < state["gradients"]:
         return 0
-    one = activation_bytes(model.config, recipe, per_chip_batch=1)
+    one = activation_bytes(model.config, recipe, chips, per_chip_batch=1) * (1 - REMAT_SHARE)
     return max(0, int(room // max(one, 1)))
 
 
@@ -128,9 +162,10 @@ def check_at_start(model, recipe: Recipe, chips: int, device_bytes: int | None) 
     """
     from .targets import CHIPS, GIB
 
-    peak = memory(model, recipe, chips)["peak_bytes"]
     if device_bytes is None:
+        peak = memory(model, recipe, chips)["peak_bytes"]
         return f"plan: {peak / GIB:.2f} GiB per chip (estimate; this device reports no memory to check it against)", None
+    peak = memory(model, recipe, chips, device_bytes)["peak_bytes"]
     line = f"plan: {peak / GIB:.2f} GiB per chip (estimate) of the {device_bytes / GIB:.2f} GiB the device offers"
     if peak <= device_bytes * (1 + MEASURED_ERROR):
         return line, None
@@ -138,10 +173,11 @@ def check_at_start(model, recipe: Recipe, chips: int, device_bytes: int | None) 
     batch = largest_batch(model, recipe, chips, device_bytes)
     if batch:
         would_fit.append(f"--train_batch_size {batch}")
-    if recipe.layout == "data" and chips > 1 and memory(model, replace(recipe, layout="fsdp"), chips)["peak_bytes"] <= device_bytes:
+    if recipe.layout == "data" and chips > 1 and \
+            memory(model, replace(recipe, layout="fsdp"), chips, device_bytes)["peak_bytes"] <= device_bytes:
         would_fit.append("--parallelism fsdp")
     if not recipe.gradient_checkpointing and \
-            memory(model, replace(recipe, gradient_checkpointing=True), chips)["peak_bytes"] <= device_bytes:
+            memory(model, replace(recipe, gradient_checkpointing=True), chips, device_bytes)["peak_bytes"] <= device_bytes:
         would_fit.append("--gradient_checkpointing")
     larger = [chip.generation for chip in CHIPS.values() if chip.usable_hbm_bytes >= peak]
     if larger:

@@ -19,6 +19,7 @@ def table(report: dict) -> str:
     for part in ("weights", "gradients", "optimizer_state", "activations"):
         row(f"  {part.replace('_', ' ')}", lambda t, part=part: gib(t["estimate"]["parts"][part]))
     row("  activations, checkpointed", lambda t: gib(t["estimate"]["activations_checkpointed"]))
+    row("  recomputed near capacity", lambda t: gib(t["estimate"]["recomputed"]))
     row("peak per chip (estimate)", lambda t: gib(t["estimate"]["peak_bytes"]))
     row("fits", lambda t: "yes" if t["fits"] else "NO")
     row("largest batch per chip", lambda t: str(t["estimate"]["largest_batch"]))

@@ -55,11 +55,12 @@ class Target:
     chip: Chip
     chips: int
 
-    @property
-    def topology(self) -> tuple[str, tuple]:
-        """(jax's topology name, chips per host bounds) of this slice: one chip alone, else hosts of 2x2 chips."""
-        bounds = (1, 1, 1) if self.chips == 1 else (2, 2, 1)
-        return f"{self.chip.topology_prefix}:{SHAPES[self.chip.three_dimensional][self.chips]}", bounds
+    def topology(self, layout: str) -> tuple[str, tuple]:
+        """(jax's topology name, chips per host bounds) of the program a chip runs: fsdp's spans the slice (hosts of
+        2x2 chips); the data layout's is one chip's (each chip runs a process of its own), compiled on one chip."""
+        if self.chips == 1 or layout == "data":
+            return f"{self.chip.topology_prefix}:{'1x1x1' if self.chip.three_dimensional else '1x1'}", (1, 1, 1)
+        return f"{self.chip.topology_prefix}:{SHAPES[self.chip.three_dimensional][self.chips]}", (2, 2, 1)
 
 
 class UnknownTarget(ValueError):
