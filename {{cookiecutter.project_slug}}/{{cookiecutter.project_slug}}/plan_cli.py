@@ -123,7 +123,7 @@ def plan_target(model, config, options, recipe, target, train_examples: int) -> 
     chip = target.chip
     usable = chip.usable_hbm_bytes
     memory = estimate.memory(model, recipe, target.chips, usable)
-    checkpointed = estimate.activation_bytes(model.config, recipe, target.chips, checkpointing=True)
+    checkpointed = estimate.activations(model, recipe, target.chips, checkpointing=True)
     flops = model_flops_per_token(model, recipe.length) * recipe.length * recipe.per_chip_batch
     step_seconds = flops / (chip.peak_bf16_flops * options.mfu)
     global_batch = recipe.per_chip_batch * target.chips * config.gradient_accumulation_steps
