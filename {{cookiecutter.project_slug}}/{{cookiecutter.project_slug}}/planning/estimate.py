@@ -156,10 +156,10 @@ def largest_batch(model, recipe: Recipe, chips: int, usable_bytes: int) -> int:
     return max(0, int((room / (1 - REMAT_SHARE) - gathered_bytes(model, recipe, chips)) // max(one, 1)))
 
 
-# Above the estimate's largest distance from the TPU compiler's peak over the benchmark group's rows ("plan against
-# the TPU compiler", README: Plan before you pay): a run stops before compiling only when its estimate exceeds the
+# The error the benchmark group "plan against the TPU compiler" holds the estimate to on every row (its largest there,
+# measured 2026-12-06: README, Plan before you pay): a run stops before compiling only when its estimate exceeds the
 # chip by more than this.
-MEASURED_ERROR = 0.10
+MEASURED_ERROR = 0.15
 
 
 def check_at_start(model, recipe: Recipe, chips: int, device_bytes: int | None) -> tuple[str, str | None]:
