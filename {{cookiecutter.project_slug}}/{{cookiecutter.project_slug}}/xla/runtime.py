@@ -84,7 +84,7 @@ def torchax_for_the_jax_step() -> None:
 
     torchax.device_module.is_available = lambda: False
     # Random bits (dropout's masks) from the "unsafe_rbg" generator, the TPU's own bit generator, for every key the
-    # step makes (torchax's too), as MaxText sets it. With jax's default, threefry, anywhere in it, libtpu 0.0.21
-    # compiled bert-base-cased's step (16 x 128, bf16) for a v5e in more than 30 minutes, against 103 s; a 1-layer
-    # BERT in 111 s against 21 s. Its masks are as random for dropout. Set once a process: it is jax's global default.
+    # step makes (torchax's too), as MaxText sets it. With jax's default, threefry, anywhere in it, libtpu 0.0.21's
+    # compile of bert-base-cased's step (16 x 128, bf16) for a v5e was stopped after 25 minutes; with this, 103 s (a
+    # 1-layer BERT: 111 s against 21 s). Its masks are as random for dropout. Set once a process: jax's global default.
     jax.config.update("jax_default_prng_impl", "unsafe_rbg")
