@@ -44,8 +44,9 @@ def plan(*args, xla: bool = False, check: bool = True):
 def default_plan(tmp_path_factory):
     folder = tmp_path_factory.mktemp("plan")
     report = folder / "plan.json"
+    # The data layout, whatever the bake's: each chip holds the whole state (fsdp's split is the next test's).
     result = plan("--model_name_or_path", str(config_folder(folder / "model")), "--tpu", "v5e-1,v5e-8,v6e-8",
-                  "--report", str(report))
+                  "--parallelism", "data", "--report", str(report))
     return result, json.loads(report.read_text())
 
 
