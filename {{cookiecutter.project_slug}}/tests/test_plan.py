@@ -44,9 +44,10 @@ def plan(*args, xla: bool = False, check: bool = True):
 def default_plan(tmp_path_factory):
     folder = tmp_path_factory.mktemp("plan")
     report = folder / "plan.json"
-    # The data layout, whatever the bake's: each chip holds the whole state (fsdp's split is the next test's).
+    # The data layout and float32 weights under bf16 autocast, whatever the bake's answers: each chip holds the whole
+    # state in 4 bytes a weight (fsdp's split is the next test's).
     result = plan("--model_name_or_path", str(config_folder(folder / "model")), "--tpu", "v5e-1,v5e-8,v6e-8",
-                  "--parallelism", "data", "--report", str(report))
+                  "--parallelism", "data", "--mixed_precision", "bf16", "--pure_bf16", "no", "--report", str(report))
     return result, json.loads(report.read_text())
 
 
@@ -79,7 +80,7 @@ def test_the_default_model_at_its_real_size_fits_each_slice_without_torch_xla(de
 def test_fsdp_splits_the_state_over_the_chips_and_checkpointing_keeps_less(tmp_path):
     report = tmp_path / "plan.json"
     plan("--model_name_or_path", str(config_folder(tmp_path / "model")), "--tpu", "v5e-8", "--parallelism", "fsdp",
-         "--gradient_checkpointing", "--report", str(report))
+         "--mixed_precision", "bf16", "--pure_bf16", "no", "--gradient_checkpointing", "--report", str(report))
     target = json.loads(report.read_text())["targets"]["v5e-8"]
     parts, parameters = target["estimate"]["parts"], DEFAULTS[TASK][2]
     # Every weight split along its first dimension, a short last shard padded (a 2-label head: a row of 8).
