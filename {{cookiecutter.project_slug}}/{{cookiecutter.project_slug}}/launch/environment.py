@@ -59,17 +59,17 @@ def check_stack() -> None:
     fix = f"install the pair together, e.g. `pip install torch=={xla_release} 'torch_xla[tpu]=={xla_release}'`"
     if torch_release and xla_release and torch_release.split(".")[:2] != xla_release.split(".")[:2]:
         raise EnvironmentProblem(f"torch {torch_release} does not match torch_xla {xla_release}: {fix}")
-    # Before the import below (seconds): a TPU asked for on a machine without one is told at once.
-    if wants_tpu and not libtpu_installed():
-        if tpu_device_files():
-            raise EnvironmentProblem(
-                "PJRT_DEVICE=TPU but libtpu is not installed (the [tpu] extra is missing): "
-                "run `pip install -e '.[tpu]'`"
-            )
+    # Before the import below (seconds): a TPU asked for on a machine without one is told at once. libtpu alone is no
+    # TPU: the plan extra installs it on any machine, to compile for a TPU without one (plan.py --compile).
+    if wants_tpu and not tpu_device_files():
         raise EnvironmentProblem(
-            "PJRT_DEVICE=TPU but this machine has no TPU (no /dev/accel* or /dev/vfio device, no libtpu): "
+            "PJRT_DEVICE=TPU but this machine has no TPU (no /dev/accel* or /dev/vfio device): "
             "unset PJRT_DEVICE, or set PJRT_DEVICE=CPU for an XLA device on the CPU "
             "(on a TPU VM, `pip install -e '.[tpu]'`)"
+        )
+    if wants_tpu and not libtpu_installed():
+        raise EnvironmentProblem(
+            "PJRT_DEVICE=TPU but libtpu is not installed (the [tpu] extra is missing): run `pip install -e '.[tpu]'`"
         )
     reason = runtime.import_problem()
     if reason:
