@@ -14,9 +14,11 @@ import os
 
 import torch
 
-# Peak dense bf16 FLOP/s of one chip, from Google's pages for each generation (cloud.google.com/tpu/docs/v4, v5e,
-# v5p-training, v6e: "Peak compute per chip (bf16)"). A TPU VM says its type in TPU_ACCELERATOR_TYPE (v5litepod-8).
-PEAK_BF16_FLOPS = {"v4": 275e12, "v5e": 197e12, "v5p": 459e12, "v6e": 918e12}
+from ..planning.targets import CHIPS
+
+# Peak dense bf16 FLOP/s of one chip: the plan's table of each generation (planning/targets.py, from Google's pages).
+# A TPU VM says its type in TPU_ACCELERATOR_TYPE (v5litepod-8).
+PEAK_BF16_FLOPS = {generation: chip.peak_bf16_flops for generation, chip in CHIPS.items()}
 TYPE_PREFIXES = (("v5litepod", "v5e"), ("v5e", "v5e"), ("v5p", "v5p"), ("v6e", "v6e"), ("v4", "v4"))
 
 
