@@ -15,8 +15,8 @@ SCRIPT_FILES = ("train.py", "tests/test_script.py")
 # task's: the suite's plumbing, FSDPv2 over devices, the fine-tuning comparison of the precision levels.
 TASK_FILES = {
     "text-classification": (
-        f"{ANSWERS['project_slug']}/tasks/text_classification.py", "tests/test_data_files.py", "tests/test_training.py",
-        "tests/test_benchmark_logic.py",
+        f"{ANSWERS['project_slug']}/tasks/text_classification.py", f"{ANSWERS['project_slug']}/loop/predict_labels.py",
+        "tests/test_data_files.py", "tests/test_training.py", "tests/test_benchmark_logic.py",
         # The benchmarks written around a classifier: precision modes, eval batching and loops, checkpoint cost.
         "benchmarks/measure_precision.py", "benchmarks/test_precision.py", "benchmarks/measure_recompilation.py",
         "benchmarks/test_recompilation.py", "benchmarks/grid.py", "benchmarks/workload.py",
@@ -29,8 +29,10 @@ TASK_FILES = {
         f"{ANSWERS['project_slug']}/tasks/causal_lm.py", f"{ANSWERS['project_slug']}/tasks/samples.py", f"{ANSWERS['project_slug']}/loop/generation.py",
         "tests/test_causal_lm.py", "benchmarks/test_packing.py", f"{ANSWERS['project_slug']}/data/packing.py",
         f"{ANSWERS['project_slug']}/tasks/instructions.py", "tests/test_instructions.py", "tests/chatml_template.jinja",
-        f"{ANSWERS['project_slug']}/data/streaming.py", "tests/test_streaming.py",
-        "data/demo-lm",
+        f"{ANSWERS['project_slug']}/data/streaming.py", "tests/test_streaming.py", "data/demo-lm",
+        # Streaming in the layouts, instruction formats, predict.py's generating loop (docs/specialising.md).
+        f"{ANSWERS['project_slug']}/parallel/streams.py", f"{ANSWERS['project_slug']}/data/instruction_formats.py",
+        f"{ANSWERS['project_slug']}/loop/predict_continuations.py",
         # The loop against TRL's SFTTrainer (trl: a benchmark dependency of the causal-LM bake only).
         "benchmarks/measure_lm_loops.py", "benchmarks/test_lm_loops.py",
         # Where predict.py generates fastest: the device's static cache against the host's generate().

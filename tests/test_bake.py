@@ -24,7 +24,8 @@ BENCHMARKS_ONLY_PREFIXES = (
 # Each task's own files (the post-gen hook keeps the chosen task's).
 TASK_ONLY = {
     "text-classification": {
-        "PKG/tasks/text_classification.py", "tests/test_data_files.py", "tests/test_training.py",
+        "PKG/tasks/text_classification.py", "PKG/loop/predict_labels.py", "tests/test_data_files.py",
+        "tests/test_training.py",
         "tests/test_benchmark_logic.py", "benchmarks/measure_precision.py", "benchmarks/test_precision.py",
         "benchmarks/measure_recompilation.py", "benchmarks/test_recompilation.py", "benchmarks/grid.py",
         "benchmarks/workload.py", "benchmarks/test_checkpointing.py", "benchmarks/measure_shared_model.py",
@@ -38,6 +39,7 @@ TASK_ONLY = {
         "data/demo-lm/train.csv", "data/demo-lm/eval.csv", "data/demo-lm/instructions-train.jsonl",
         "data/demo-lm/instructions-eval.jsonl", "data/demo-lm/chat_template.jinja", "tests/chatml_template.jinja",
         "PKG/data/packing.py", "PKG/data/streaming.py", "tests/test_streaming.py", "PKG/loop/generation.py",
+        "PKG/parallel/streams.py", "PKG/data/instruction_formats.py", "PKG/loop/predict_continuations.py",
         "benchmarks/test_generation.py",
     },
 }

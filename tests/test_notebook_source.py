@@ -21,14 +21,13 @@ def cell(notebook, cell_id: str) -> str:
     return next(cell.source for cell in notebook.cells if cell.get("id") == cell_id)
 
 
-@pytest.mark.parametrize(
-    "answers",
-    [
-        {"shared_model": True},
-        {"shared_model": False, "variants": "notebook", "include_benchmarks": False, "pure_bf16": "cast"},
-    ],
-    ids=["shared-model", "model-per-process-notebook-only"],
-)
+ANSWERS = [
+    {"shared_model": True},
+    {"shared_model": False, "variants": "notebook", "include_benchmarks": False, "pure_bf16": "cast"},
+]
+
+
+@pytest.mark.parametrize("answers", ANSWERS, ids=["shared-model", "model-per-process-notebook-only"])
 def test_baked_notebook_is_valid_and_follows_the_answers(bake, answers):
     project = bake(**answers)
     shared_model = answers["shared_model"]

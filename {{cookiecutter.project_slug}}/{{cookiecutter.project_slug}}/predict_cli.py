@@ -167,13 +167,13 @@ def run(config: PredictConfig) -> dict:
     from .watch import compilations
 
     check_paths(config)
-    columns = [config.text_column] + ([config.text_pair_column] if getattr(config, "text_pair_column", None) else [])
 {%- if cookiecutter.task != "causal-lm" %}
+    columns = [config.text_column] + ([config.text_pair_column] if config.text_pair_column else [])
     # True labels, if given, refused as training refuses them: outside the head's labels, not whole numbers.
     checks = task.label_checks(config.label_column, _head_size(Path(config.model))) if config.label_column else None
     examples = read_input(config, columns, checks)
 {%- else %}
-    examples = read_input(config, columns)
+    examples = read_input(config, [config.text_column])
 {%- endif %}
     layout = layout_for(TrainConfig(parallelism=config.parallelism))
     layout.start()
@@ -189,6 +189,7 @@ def run(config: PredictConfig) -> dict:
 {%- if cookiecutter.task == "causal-lm" %}
         from accelerate.utils import set_seed
 
+        from .loop.predict_continuations import predict
         from .tasks import samples
 
         set_seed(config.seed)  # the sampling's draws (torch_xla's generator too)
@@ -197,9 +198,10 @@ def run(config: PredictConfig) -> dict:
         if config.generate_on == "device":
             model, precision_figures = at_precision(make_graph_friendly(samples.load_for_generation(config.model)),
                                                     config, accelerator.device)
-        predictions, figures = prediction.predict(accelerator, layout, model, tokenizer,
-                                                  list(examples[config.text_column]), config)
+        predictions, figures = predict(accelerator, layout, model, tokenizer, list(examples[config.text_column]), config)
 {%- else %}
+        from .loop.predict_labels import predict
+
         # Tokenized as training tokenizes (the task's batched map), each row numbered for the gathering.
         rows = task.tokenize(examples, tokenizer, config.text_column, config.text_pair_column, None, config.max_seq_length)
         rows = rows.add_column(prediction.ROW, list(range(len(rows))))
@@ -207,7 +209,7 @@ def run(config: PredictConfig) -> dict:
         # default sdpa reads the attention mask back to the host at every batch, a graph of its own on XLA.
         model, precision_figures = at_precision(make_graph_friendly(task.AUTO_MODEL.from_pretrained(config.model)),
                                                 config, accelerator.device)
-        predictions, figures = prediction.predict(accelerator, layout, model, tokenizer, rows, config)
+        predictions, figures = predict(accelerator, layout, model, tokenizer, rows, config)
 {%- endif %}
     figures.update(precision_figures)
     figures.update(device=str(accelerator.device), processes=accelerator.num_processes,

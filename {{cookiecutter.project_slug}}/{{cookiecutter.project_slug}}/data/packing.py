@@ -79,6 +79,23 @@ def cut(batch, tokenized, starts, length: int, pad_id: int, train: bool) -> dict
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
+def scores_something(labels) -> bool:
+    """Whether a row's labels score a token after its first (the first has no prediction)."""
+    return any(label != IGNORED for label in labels[1:])
+
+
+def padded(rows, length: int, pad_id: int) -> dict:
+    """input_ids, attention_mask and labels of (ids, labels) rows, each padded to `length` (masked, labels -100): the
+    other paddings' rows, which packing's blocks are measured against."""
+    columns = {"input_ids": [], "attention_mask": [], "labels": []}
+    for ids, labels in rows:
+        missing = length - len(ids)
+        columns["input_ids"].append(ids + [pad_id] * missing)
+        columns["attention_mask"].append([1] * len(ids) + [0] * missing)
+        columns["labels"].append(labels + [IGNORED] * missing)
+    return columns
+
+
 def labels_of(tokenized) -> str:
     """The column holding the labels: plain text has none of its own (every token is labelled: its id)."""
     return "labels" if "labels" in tokenized.column_names else "input_ids"

@@ -3,8 +3,6 @@
 Local files are checked row by row before any training starts, so that a bad file
 fails with its name, its line and the problem instead of deep inside a data loader. The text columns are
 checked here; what else a task reads (a classifier's labels) its module checks, through `TaskChecks`.
-
-A causal LM also trains on instruction data, its format recognised from a file's columns (formats.py).
 """
 
 import csv
@@ -14,45 +12,13 @@ from pathlib import Path
 import datasets
 
 from ..config import DEFAULT_DATASET, DEFAULT_MODEL, DEMO_DATA_DIR, TrainConfig
-from .formats import (
-    FORMATS_ALLOWED,
-    MESSAGES,
-    PROMPT_COMPLETION,
-    TEXT,
-    DataProblem,
-    TaskChecks,
-    TextData,
-    example_format,
-    first_without_text,
-    format_columns,
-    main_column,
-    messages_problem,
-    no_column,
-)
+from .formats import DataProblem, TaskChecks, TextData, first_without_text, no_column
 from .hub import hub_reachable, load_hub_dataset
 
 # Text of the loaded columns checked at a time, as rows of the file's mean size: Arrow's utf8_is_space allocates about
 # as much again as the text it reads (10 000 rows of whole source files made 157 MB).
 CHECK_BYTES = 16 * 2**20
 DEMO_FILES = {"train": DEMO_DATA_DIR / "train.csv", "eval": DEMO_DATA_DIR / "eval.csv"}
-
-
-def file_format(path, text_column: str | None) -> str:
-    """The format of a local file, from its first row's columns; refused, naming what is allowed, if none."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataProblem(f"{path}: file not found")
-    try:
-        first = next(rows(path), None)
-    except UnicodeDecodeError:
-        raise DataProblem(f"{path}: not UTF-8 text") from None
-    if first is None:
-        raise DataProblem(f"{path}: no examples (empty file or header only)")
-    line, row = first
-    found = example_format(row, text_column)
-    if found is None:
-        raise DataProblem(f"{path} line {line}: {no_column('text', row)}; a causal LM trains on {FORMATS_ALLOWED}")
-    return found
 
 
 def wants_demo(config: TrainConfig) -> bool:
@@ -167,47 +133,28 @@ def _check_rows(path: Path, columns: list[str], checks: TaskChecks | None) -> No
         raise DataProblem(f"{path}: no examples (empty file or header only)")
 
 
-def _load_files(
-    files: dict, text_column: str | None, pair_column: str | None, checks: TaskChecks | None, source: str,
-    formats: bool = False,
-):
-    data_format = TEXT
-    if formats:  # a causal LM: the format its files hold, one for both
-        found = {split: file_format(path, text_column) for split, path in files.items()}
-        if found["train"] != found["eval"]:
-            raise DataProblem(f"{files['eval']}: {found['eval']} examples, but {files['train']} holds {found['train']} "
-                              f"examples; give both files one format ({FORMATS_ALLOWED})")
-        data_format = found["train"]
-        if data_format == MESSAGES:
-            task_row = checks.row if checks else (lambda row: None)
-            checks = TaskChecks(row=lambda row: messages_problem(row) or task_row(row),
-                                split=checks.split if checks else (lambda split: None))
-    columns = format_columns(data_format, text_column) + ([pair_column] if pair_column else [])
+def load_files(files: dict, columns: list[str], checks: TaskChecks | None) -> dict[str, datasets.Dataset]:
+    """Each split's file (`files`: split -> path) loaded, refused unless its `columns` hold text and `checks` pass."""
     # One load per file, so that a CSV train file can go with a JSON lines eval file.
-    loaded = {split: read_checked(path, columns, checks) for split, path in files.items()}
-    return TextData(loaded["train"], loaded["eval"], main_column(data_format, text_column), pair_column, source,
-                    data_format)
+    return {split: read_checked(path, columns, checks) for split, path in files.items()}
 
 
 def uses_files(config: TrainConfig) -> bool:
     return bool(config.train_file or config.eval_file or config.dataset == "files")
 
 
-def load_text_data(
-    config: TrainConfig, demo: bool, pair_column: str | None = None, checks: TaskChecks | None = None,
-    formats: bool = False,
-) -> TextData:
-    """The train and eval examples, refused unless `checks` (the task's) pass: the user's files, the demo's, or
-    the hub's. `pair_column`: a second text column, checked like the first (a hub data set's sentence2 if unset).
-    `formats`: recognise instruction data (prompt/completion, messages) from the columns, as a causal LM does."""
-    # The user's own files win over the shipped demo data: --demo with --train_file trains the demo model on them.
+def chosen_files(config: TrainConfig, demo: bool) -> tuple[dict, str] | None:
+    """(split -> path, source) of the user's files or the demo's; None for the hub. The user's own files win over the
+    shipped demo data: --demo with --train_file trains the demo model on them."""
     if uses_files(config):
         if not (config.train_file and config.eval_file):
             raise DataProblem("train_file and eval_file: give both local files (CSV or JSON lines)")
-        files = {"train": config.train_file, "eval": config.eval_file}
-        return _load_files(files, config.text_column, pair_column, checks, "files", formats)
-    if demo:
-        return _load_files(DEMO_FILES, config.text_column, pair_column, checks, "demo", formats)
+        return {"train": config.train_file, "eval": config.eval_file}, "files"
+    return (DEMO_FILES, "demo") if demo else None
+
+
+def hub_splits(config: TrainConfig, checks: TaskChecks | None = None) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """(train, eval) splits of the hub data set --dataset, refused unless `checks` (the task's) pass on both."""
     loaded = load_hub_dataset(config.dataset)
     if "train" not in loaded:
         raise DataProblem(f"dataset={config.dataset!r}: no train split (splits: {', '.join(loaded)})")
@@ -218,11 +165,26 @@ def load_text_data(
         problem = checks.split(loaded[split])
         if problem:
             raise DataProblem(f"dataset={config.dataset!r} split {split!r}: {problem}")
-    names = loaded["train"].column_names
-    data_format = example_format(names, config.text_column) if formats else TEXT
-    if data_format in (PROMPT_COMPLETION, MESSAGES):  # a hub data set of instructions: its rows are not checked here
-        return TextData(loaded["train"], loaded[eval_split], main_column(data_format, None), None, config.dataset,
-                        data_format)
+    return loaded["train"], loaded[eval_split]
+
+
+def hub_text_data(config: TrainConfig, train, evaluation, pair_column: str | None = None) -> TextData:
+    """A hub data set's text columns: --text_column, else `sentence1` (GLUE's pairs) or `text`, and its pair."""
+    names = train.column_names
     text_column = config.text_column or ("sentence1" if "sentence1" in names else "text")
     pair = pair_column or ("sentence2" if "sentence2" in names else None)
-    return TextData(loaded["train"], loaded[eval_split], text_column, pair, config.dataset)
+    return TextData(train, evaluation, text_column, pair, config.dataset)
+
+
+def load_text_data(
+    config: TrainConfig, demo: bool, pair_column: str | None = None, checks: TaskChecks | None = None,
+) -> TextData:
+    """The train and eval examples, refused unless `checks` (the task's) pass: the user's files, the demo's, or
+    the hub's. `pair_column`: a second text column, checked like the first (a hub data set's sentence2 if unset)."""
+    found = chosen_files(config, demo)
+    if found is None:
+        return hub_text_data(config, *hub_splits(config, checks), pair_column)
+    files, source = found
+    text_column = config.text_column or "text"
+    loaded = load_files(files, [text_column] + ([pair_column] if pair_column else []), checks)
+    return TextData(loaded["train"], loaded["eval"], text_column, pair_column, source)

@@ -25,19 +25,10 @@ from torch.utils.data import DataLoader
 
 from ..config import TrainConfig
 from . import preparation
-from .formats import (
-    MESSAGES,
-    TEXT,
-    DataProblem,
-    TaskChecks,
-    TextData,
-    example_format,
-    format_columns,
-    main_column,
-    messages_problem,
-)
+from .formats import TEXT, DataProblem, TaskChecks, TextData
 from .hub import looks_local
-from .sources import DEMO_FILES, _format, file_format, read_checked, uses_files
+from .instruction_formats import MESSAGES, example_format, file_format, format_columns, main_column, messages_problem
+from .sources import DEMO_FILES, _format, read_checked, uses_files
 
 IGNORED = -100  # labels the loss skips (tasks/instructions.py)
 EXAMPLES_PER_PACK = 1000  # tokenized examples packed together; the tokens past their last whole block are dropped
@@ -137,15 +128,21 @@ class StreamLoader:
     """One reader's batches of blocks, --max_steps of them in all; remembers its stream's state after each batch it
     made, so that a checkpoint records where the batches the loop took end (prefetched ones are read again)."""
 
-    streams = True  # what the layouts (parallel/) ask of a train loader
     rng_types = None  # Accelerate's XLA device loader asks: nothing to synchronise
 
-    def __init__(self, packed, collator, batch_size: int, steps: int, reader: int, readers: int):
-        self.stream = split_dataset_by_node(packed, rank=reader, world_size=readers)
-        self.collate_fn, self.batch_size, self.steps, self.shard = collator, batch_size, steps, [reader, readers]
+    def __init__(self, packed, collator, batch_size: int, steps: int):
+        self.packed, self.stream, self.shard = packed, None, None  # the reader's part: read_by
+        self.collate_fn, self.batch_size, self.steps = collator, batch_size, steps
         self.done = self.taken = 0  # batches the loop took: before this run (a resumed one's), and in all
         self.passes = 0  # how many times the stream ran dry
         self._states = {0: {"pass": 0, "stream": None}}  # by batches taken: the stream's state after them
+
+    def read_by(self, reader: int, readers: int) -> "StreamLoader":
+        """This loader, reading reader `reader` of `readers`' own part of the stream (its layout says which:
+        parallel/streams.py)."""
+        self.stream = split_dataset_by_node(self.packed, rank=reader, world_size=readers)
+        self.shard = [reader, readers]
+        return self
 
     def __len__(self) -> int:
         return self.steps - self.done

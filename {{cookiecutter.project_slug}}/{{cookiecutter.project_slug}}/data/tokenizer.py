@@ -4,7 +4,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..config import TrainConfig
-from .formats import DataProblem, row_texts
+from .formats import DataProblem
 from .hub import from_hub_or_folder
 from .sources import DEMO_FILES, rows, uses_files
 
@@ -45,13 +45,20 @@ def train_demo_tokenizer(texts):
     )
 
 
-def load_tokenizer(config: TrainConfig, demo: bool):
+def text_column_texts(row: dict, text_column: str | None) -> list[str]:
+    """A row's text in its text column (none if it holds no text)."""
+    value = row.get(text_column or "text")
+    return [value] if isinstance(value, str) else []
+
+
+def load_tokenizer(config: TrainConfig, demo: bool, row_texts=text_column_texts):
+    """The model's tokenizer, or the demo's, built from the texts `row_texts(row, text_column)` finds in each row of the
+    training file (the task's: a causal LM's instruction files hold prompts, completions and chat turns)."""
     if demo:
         # Built from the training texts it will read: the shipped demo's, or the user's own file.
         path = Path(config.train_file) if uses_files(config) and config.train_file else DEMO_FILES["train"]
         if not path.is_file():
             raise DataProblem(f"{path}: file not found")
-        # A text column's texts, or an instruction file's prompts and completions (chat: roles and contents).
         texts = [text for _, row in rows(path) for text in row_texts(row, config.text_column)]
         return train_demo_tokenizer(texts)
     from transformers import AutoTokenizer

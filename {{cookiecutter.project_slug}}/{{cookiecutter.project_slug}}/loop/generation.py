@@ -10,7 +10,9 @@ anything back, and a batch's tokens come back to the host once, after its last s
 
 import torch
 
+from ..parallel.fsdp_wrapping import AXIS
 from ..xla import device as devices
+from ..xla import sharding
 
 
 def prompt_length(longest: int, new_tokens: int, model_positions: int | None) -> int:
@@ -18,6 +20,16 @@ def prompt_length(longest: int, new_tokens: int, model_positions: int | None) ->
     graph), cut so that the prompt and its continuation fit the model's positions."""
     length = -(-max(longest, 1) // 16) * 16
     return length if model_positions is None else max(1, min(length, model_positions - new_tokens))
+
+
+def row_pinning(layout):
+    """`pin_rows` for continue_batch in `layout`: under fsdp the state one decode step hands to the next split by rows
+    over the chips (the batch's own sharding); with one device per process (data) nothing to pin."""
+    def pin_rows(tensors) -> None:
+        for tensor in tensors:
+            sharding.shard_first_dim(tensor, layout.mesh, AXIS)
+
+    return pin_rows if layout.name == "fsdp" else (lambda tensors: None)
 
 
 def continue_batch(model, model_config, input_ids, attention_mask, new_tokens: int, end_id: int | None, pad_id: int,

@@ -97,14 +97,7 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
     # A loader batch is one optimizer step's micro-batches for one chip (data) or all of a host's chips (fsdp): the
     # step splits it (data/batching.py), so the sampler, resuming and the schedule count optimizer steps.
     per_loader = layout.devices_per_process()
-    streaming = getattr(config, "streaming", False)  # a causal LM's option (data/streaming.py)
-    if streaming:  # this process's (data) or host's (fsdp) own part of the stream, never re-sharded by Accelerate
-        from ..data.streaming import StreamLoader
-
-        train_loader = StreamLoader(train_examples, collator, batch_size * per_loader * accumulation, config.max_steps,
-                                    *layout.stream_reader(accelerator))
-    else:
-        train_loader = batching.train_loader(train_examples, collator, batch_size * per_loader * accumulation, config.seed)
+    train_loader = task.train_loader(train_examples, collator, batch_size * per_loader * accumulation, config)
     eval_loader = batching.eval_loader(
         eval_examples, collator, config.eval_batch_size * per_loader, layout.loader_shards(accelerator)
     )
@@ -114,11 +107,12 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
         config.optim, optimizers.parameter_groups(model, config.weight_decay), learning_rate, config.weight_decay,
         precision_report.kahan_summation,
     )
-    steps_per_epoch = config.max_steps if streaming else len(train_examples) // global_batch  # streaming: one epoch
+    counted = task.train_count(train_examples, config)
+    steps_per_epoch = config.max_steps if counted is None else counted // global_batch  # a stream: one epoch
     if steps_per_epoch == 0:
         times = f" x gradient_accumulation_steps={accumulation}" if accumulation > 1 else ""
         raise ConfigError(
-            f"train_batch_size={batch_size}{times}: larger than the {len(train_examples)} training examples "
+            f"train_batch_size={batch_size}{times}: larger than the {counted} training examples "
             f"shared by {replicas} {'chips' if layout.name == 'fsdp' else 'process(es)'}; lower it"
         )
     optimizer_steps = steps_per_epoch * config.num_epochs

@@ -39,8 +39,8 @@ def run_report(accelerator, layout, prepared, run, config, precision_report, wat
         "process_compilations_after_each_epoch": run.compiled_by_epoch,
         "recompilations": watch.recompilations if watch else None,
         "graphs": watch.report() if watch else None,
-        # A stream (--streaming) has no length.
-        "train_examples": "streaming" if getattr(config, "streaming", False) else len(prepared.train_examples),
+        # A stream (a causal LM's --streaming) has no count.
+        "train_examples": "streaming" if (counted := task.train_count(prepared.train_examples, config)) is None else counted,
         "train_batch": {"per_chip": prepared.train_batch_size, "accumulation_steps": prepared.accumulation,
                         "global": prepared.global_batch},
         **run.speeds(),

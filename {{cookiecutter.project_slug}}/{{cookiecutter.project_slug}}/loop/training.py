@@ -23,11 +23,7 @@ from ..launch.hosts import process_label
 from ..parallel import layout_for
 from ..precision import levels as precision
 from ..precision.fixed_point import from_fixed
-{%- if cookiecutter.task == "causal-lm" %}
-from ..tasks import samples, task
-{%- else %}
 from ..tasks import task
-{%- endif %}
 from ..watch import compilations, compile_analysis, curves
 from ..watch.graph_watch import GraphWatch
 from ..watch.metrics_log import MetricsLog
@@ -101,20 +97,12 @@ def _training_function(model, config: TrainConfig, lock: run_lock.RunLock) -> di
     if config.export:
         # After the counting: bringing the weights to the host (read back from shards under fsdp) is not training's.
         report["exported"] = export.export(accelerator, layout, tokenizer, config, report)
-{%- if cookiecutter.task == "causal-lm" %}
-    if config.export and config.samples and processes.is_main(accelerator):
-        # From the exported folder, on the host: generation compiles nothing on the device (tasks/samples.py).
-        report["samples"] = samples.continue_greedily(
-            report["exported"], tokenizer, samples.eval_prompts(data, tokenizer, config.samples)
-        )
-{%- endif %}
     if processes.is_main(accelerator):
+        shown = task.after_export(report, tokenizer, data, config)  # the exported model's own output, if the task has one
         write_report(report, config.report_path)
         print(format_table(report))
-{%- if cookiecutter.task == "causal-lm" %}
-        if report.get("samples"):
-            print(samples.show(report["samples"]))
-{%- endif %}
+        if shown:
+            print(shown)
     processes.barrier(accelerator)
     # The trained model, optimizer and loaders are released while the process group still exists: DDP's reducer holds
     # it, and torch's gloo group, destroyed after Accelerate's end_training, can wait forever (seen once: a hang).

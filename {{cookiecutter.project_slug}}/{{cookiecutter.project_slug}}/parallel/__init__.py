@@ -14,9 +14,12 @@ same few methods whichever it is:
 def layout_for(config):
     """The layout object named by config.parallelism (checked by the config)."""
     if config.parallelism == "fsdp":
-        from .fsdp import FsdpV2
+        from .fsdp import FsdpV2 as layout
+    else:
+        from .data import DataParallel as layout
+{%- if cookiecutter.task == "causal-lm" %}
+    from .streams import streaming
 
-        return FsdpV2(config)
-    from .data import DataParallel
-
-    return DataParallel(config)
+    layout = streaming(layout)  # --streaming (streams.py)
+{%- endif %}
+    return layout(config)

@@ -21,7 +21,7 @@ class DataParallel:
 
     def __init__(self, config):
         self.config = config
-        self.model = self.stream = None
+        self.model = None
 
     def start(self) -> None:
         """Nothing to set before the runtime starts: Accelerate's launchers start one process per chip."""
@@ -44,10 +44,6 @@ class DataParallel:
         """Processes that each load their own part of an evaluation round."""
         return accelerator.num_processes
 
-    def stream_reader(self, accelerator) -> tuple[int, int]:
-        """--streaming: each process reads its own part of the stream (data/streaming.py)."""
-        return accelerator.process_index, accelerator.num_processes
-
     def scheduler_calls_per_step(self, accelerator) -> int:
         # Accelerate's prepared scheduler steps the one it wraps num_processes times per optimizer step
         # (split_batches=False), so the schedule is sized in per-process batches.
@@ -62,14 +58,7 @@ class DataParallel:
         return accelerator.clip_grad_norm_(model.parameters(), max_norm)
 
     def prepare(self, accelerator, model, optimizer, train_loader, eval_loader, scheduler):
-        if getattr(train_loader, "streams", False):
-            # A stream is this process's own already (data/streaming.py): Accelerate would dispatch it from the main
-            # process. Its batches go to the device in train_batches.
-            self.stream = train_loader
-            prepared = list(accelerator.prepare(model, optimizer, eval_loader, scheduler))
-            prepared.insert(2, train_loader)
-        else:
-            prepared = accelerator.prepare(model, optimizer, train_loader, eval_loader, scheduler)
+        prepared = accelerator.prepare(model, optimizer, train_loader, eval_loader, scheduler)
         for loader, original in zip(prepared[2:4], (train_loader, eval_loader), strict=True):
             if not hasattr(loader, "dataset") and hasattr(original, "dataset"):
                 # Accelerate's XLA loader wrapper lacks `.dataset`, which its own save_state reads.
@@ -79,17 +68,12 @@ class DataParallel:
             accelerator.register_save_state_pre_hook(_trained_weights_only)
         return prepared
 
-    def pin_rows(self, tensors) -> None:
-        """predict.py's generation: the state one decode step hands to the next (one device: nothing to pin)."""
-
     def prepare_prediction(self, accelerator, model, loader):
         """predict.py: the model on this process's device, this process's share of the batches."""
         self.model, loader = accelerator.prepare(self.wrap(model), loader)
         return self.model, loader
 
     def train_batches(self, accelerator, train_loader, epoch: int, skip: int):
-        if self.stream is not None:  # resumed at its checkpoint's position (load_state), nothing to skip
-            return self.stream.consumed(_on_device(self.stream, accelerator.device))
         # Through Accelerate's loader, not the sampler: on every pass it re-applies its own epoch counter
         # to the sampler, and that counter restarts at 0 in a resumed run.
         train_loader.set_epoch(epoch)
@@ -110,8 +94,6 @@ class DataParallel:
         """
         # Pickled weights, not safetensors: safetensors' loader reads storage pointers, which
         # XLA tensors do not have, so `load_state` of a model.safetensors fails on XLA.
-        if self.stream is not None:  # each process its own position in its stream, as JSON
-            self.stream.save(folder, accelerator.process_index)
         if not uses_xla(accelerator.device):
             accelerator.save_state(str(folder), safe_serialization=False)
             return
@@ -124,8 +106,6 @@ class DataParallel:
         torch.save(states, states_file)
 
     def load_state(self, accelerator, folder: Path) -> None:
-        if self.stream is not None:
-            self.stream.restore(folder, accelerator.process_index)
         states_file = _random_states(folder, accelerator)
         if states_file.is_file():
             # Accelerate reads it weights-only too, but takes any failure there for a missing file (it logs "Could
@@ -142,7 +122,7 @@ class DataParallel:
             raise problem from None
 
     def release(self) -> None:
-        self.model = self.stream = None
+        self.model = None
 
     def host_state_dict(self, accelerator, scratch: Path) -> dict:
         """The weights as plain CPU tensors under the model's own names (every process holds them all: no `scratch`)."""
@@ -174,17 +154,6 @@ class DataParallel:
 def _random_states(folder: Path, accelerator) -> Path:
     """This process's random states as Accelerate's save_state names them."""
     return folder / f"random_states_{accelerator.process_index}.pkl"
-
-
-def _on_device(loader, device):
-    """The loader's batches on `device` as Accelerate moves a prepared loader's: its XLA device loader (prefetching)."""
-    if uses_xla(device):
-        from accelerate.data_loader import MpDeviceLoaderWrapper
-
-        return MpDeviceLoaderWrapper(loader, device)
-    from accelerate.utils import send_to_device
-
-    return (send_to_device(batch, device) for batch in loader)
 
 
 def _trained_weights_only(models, weights, output_dir) -> None:

@@ -31,7 +31,7 @@ class FsdpV2:
     def __init__(self, config):
         self.config = config
         self.mesh = self.host = None
-        self.model = self.optimizer = self.scheduler = self.stream = None
+        self.model = self.optimizer = self.scheduler = None
 
     # -- before the first tensor reaches a device --------------------------------------------------
 
@@ -61,10 +61,6 @@ class FsdpV2:
     def loader_shards(self, accelerator) -> int:
         return self.host.count
 
-    def stream_reader(self, accelerator) -> tuple[int, int]:
-        """--streaming: each host reads its own part of the stream for all of its chips (data/streaming.py)."""
-        return self.host.index, self.host.count
-
     def scheduler_calls_per_step(self, accelerator) -> int:
         return 1  # the scheduler is not Accelerate's: it steps once per optimizer step
 
@@ -88,19 +84,10 @@ class FsdpV2:
         Not `accelerator.prepare`: under SPMD it sees one process and would copy every batch whole to
         every chip, and its optimizer wrapper would add an all-reduce that FSDPv2 does not need.
         """
-        if getattr(train_loader, "streams", False):  # this host's own part of a stream already (data/streaming.py)
-            self.stream = train_loader
-        else:
-            train_loader = self._host_side(train_loader, use_seedable_sampler=True, data_seed=self.config.seed)
+        train_loader = self._host_side(train_loader, use_seedable_sampler=True, data_seed=self.config.seed)
         eval_loader = self._host_side(eval_loader)
         self.optimizer, self.scheduler = optimizer, scheduler
         return model, optimizer, train_loader, eval_loader, scheduler
-
-    def pin_rows(self, tensors) -> None:
-        """predict.py's generation: the state one decode step hands to the next, split by rows over the chips (the
-        batch's own sharding)."""
-        for tensor in tensors:
-            sharding.shard_first_dim(tensor, self.mesh, AXIS)
 
     def prepare_prediction(self, accelerator, model, loader):
         """predict.py: the model wrapped as in training (its layers sharded over the chips), this host's batches."""
@@ -119,8 +106,6 @@ class FsdpV2:
         from accelerate.data_loader import SkipBatchSampler
         from torch.utils.data import DataLoader
 
-        if self.stream is not None:  # resumed at its checkpoint's position (load_state), nothing to skip
-            return self.stream.consumed(self._on_devices(self.stream))
         train_loader.set_epoch(epoch)  # the seedable sampler's order depends on (seed, epoch) only
         loader = train_loader
         if skip:
@@ -134,9 +119,10 @@ class FsdpV2:
     def eval_batches(self, eval_loader):
         return self._on_devices(eval_loader)
 
-    def _on_devices(self, loader):
-        # Every field of a batch split along its first (batch) dimension; each host sends only its chips' shards.
-        sample = loader.sample() if getattr(loader, "streams", False) else loader.collate_fn([loader.dataset[0]])
+    def _on_devices(self, loader, sample=None):
+        """The loader's batches on the chips, every field split along its first (batch) dimension; each host sends
+        only its chips' shards. `sample`: a batch of the loader's shape (its first example's, unless given)."""
+        sample = loader.collate_fn([loader.dataset[0]]) if sample is None else sample
         return sharding.sharded_loader(_AsDicts(loader), self.mesh, AXIS, sample)
 
     # -- checkpoints ---------------------------------------------------------------------------------
@@ -144,16 +130,12 @@ class FsdpV2:
     def save_state(self, accelerator, folder: Path) -> None:
         """Each device's shards, plus the scheduler and random states (fsdp_checkpoint.py)."""
         save_sharded(self.model, self.optimizer, self.scheduler, folder, is_main(accelerator))
-        if self.stream is not None:  # each host its own position in its stream, as JSON
-            self.stream.save(folder, self.host.index)
 
     def load_state(self, accelerator, folder: Path) -> None:
         load_sharded(self.model, self.optimizer, self.scheduler, folder)
-        if self.stream is not None:
-            self.stream.restore(folder, self.host.index)
 
     def release(self) -> None:
-        self.model = self.optimizer = self.scheduler = self.stream = None
+        self.model = self.optimizer = self.scheduler = None
 
     def host_state_dict(self, accelerator, scratch: Path) -> dict | None:
         """The whole weights on the main process's host, under the model's own names; None on the other hosts.

@@ -5,6 +5,8 @@ for every task; a task module gives them:
 
   load_examples(config, demo)     -> (data source, tokenizer, train examples, eval examples)
   make_collator(tokenizer, padding, max_seq_length) -> every batch the same shape (padding="fixed")
+  train_loader(examples, collator, batch_size, config) -> the loader of the training batches
+  train_count(examples, config)   -> the training examples, or None where they have no count (an epoch is --max_steps)
   build_model(config, demo, vocab_size)
   build_shape(config)             -> that model from its config alone, on the meta device (plan.py)
   batch_shapes(model, rows, length) -> {name: (shape, dtype)} of a training batch (plan.py)
@@ -14,6 +16,7 @@ for every task; a task module gives them:
   metrics(counts)                 -> the eval_* fields of the report
   facts(train_examples, collator, config, report) -> task-specific report fields (tokens per second, padding)
   loss_covers(data_format)        -> what the training loss is computed on, in words (console and report)
+  after_export(report, tokenizer, data, config) -> adds to the report from the exported model; what to print, or None
   AUTO_MODEL                      -> the transformers Auto class that loads an exported model
 
 This project was generated for one task: {{ cookiecutter.task }} ({{ cookiecutter.task | replace('-', '_') }}.py).

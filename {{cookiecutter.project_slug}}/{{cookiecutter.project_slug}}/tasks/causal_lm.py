@@ -21,15 +21,16 @@ from torch.utils.data import DataLoader
 from transformers import AutoConfig, AutoModelForCausalLM, DataCollatorForSeq2Seq, LlamaConfig, LlamaForCausalLM
 
 from ..config import ATTENTION, PADDING_MODES, TrainConfig
-from ..data import packing, preparation, streaming
-from ..data.formats import MESSAGES, PROMPT_COMPLETION, TEXT
+from ..data import batching, instruction_formats, packing, preparation, streaming
+from ..data.formats import TEXT
 from ..data.hub import from_hub_or_folder
+from ..data.instruction_formats import MESSAGES, PROMPT_COMPLETION, row_texts
 from ..data.packing import labels_of
-from ..data.sources import load_text_data
 from ..data.tokenizer import load_tokenizer
 from ..precision.fixed_point import finite_to_fixed, from_fixed
 from . import instructions
 from .instructions import IGNORED
+from .samples import after_export  # noqa: F401  (the task's step after the export: tasks/__init__.py)
 
 NAME = "causal-lm"
 DEMO_SHAPE = {
@@ -63,26 +64,11 @@ def pack_examples(examples, length: int, pad_id: int, train: bool) -> datasets.D
     return packing.pack(datasets.Dataset.from_dict(columns, features=TOKENIZED), length, pad_id, train, None)
 
 
-def _scores_something(labels) -> bool:
-    return any(label != IGNORED for label in labels[1:])
-
-
-def _padded(rows, length: int, pad_id: int) -> dict:
-    """input_ids, attention_mask and labels of (ids, labels) rows, each padded to `length` (masked, labels -100)."""
-    columns = {"input_ids": [], "attention_mask": [], "labels": []}
-    for ids, labels in rows:
-        missing = length - len(ids)
-        columns["input_ids"].append(ids + [pad_id] * missing)
-        columns["attention_mask"].append([1] * len(ids) + [0] * missing)
-        columns["labels"].append(labels + [IGNORED] * missing)
-    return columns
-
-
 def load_examples(config: TrainConfig, demo: bool):
     """(data, tokenizer, train examples, eval examples): packed blocks, or one text per row for the other paddings."""
     # --streaming: the train split a stream, read as it trains (data/streaming.py); the eval set as without it.
-    data = streaming.load_data(config, demo) if config.streaming else load_text_data(config, demo, formats=True)
-    tokenizer = load_tokenizer(config, demo)
+    data = streaming.load_data(config, demo) if config.streaming else instruction_formats.load_data(config, demo)
+    tokenizer = load_tokenizer(config, demo, row_texts)  # an instruction file's prompts, completions and turns too
     if tokenizer.eos_token is None:  # the demo's WordPiece tokenizer: its separator ends a text
         tokenizer.eos_token = tokenizer.sep_token
     if tokenizer.pad_token is None:  # Llama-style tokenizers have none; padding is masked anyway
@@ -106,10 +92,10 @@ def load_examples(config: TrainConfig, demo: bool):
         rows = {split: [(ids[:length], labels[:length])
                         for ids, labels in zip(split_rows["input_ids"], split_rows[labels_of(split_rows)], strict=True)]
                 for split, split_rows in examples.items()}
-        rows["train"] = [row for row in rows["train"] if _scores_something(row[1])]
+        rows["train"] = [row for row in rows["train"] if packing.scores_something(row[1])]
         if config.padding == "longest":  # every row as long as the longest one: one shape, no packing
             length = max(len(ids) for split_rows in rows.values() for ids, _ in split_rows)
-            train, evaluation = (datasets.Dataset.from_dict(_padded(rows[split], length, tokenizer.pad_token_id))
+            train, evaluation = (datasets.Dataset.from_dict(packing.padded(rows[split], length, tokenizer.pad_token_id))
                                  for split in ("train", "eval"))
         else:  # dynamic: the collator pads each batch to its longest row (labels with -100)
             train, evaluation = (
@@ -129,6 +115,17 @@ def loss_covers(data_format: str) -> str:
         PROMPT_COMPLETION: "instruction data, the loss covers the completions and each example's EOS (prompts masked)",
         MESSAGES: "chat data, the loss covers the assistant turns and each example's EOS (other turns masked)",
     }[data_format]
+
+
+def train_loader(examples, collator, batch_size: int, config: TrainConfig):
+    """Shuffled (data/batching.py), or with --streaming the stream's, each reader its own part (parallel/streams.py)."""
+    if config.streaming:
+        return streaming.StreamLoader(examples, collator, batch_size, config.max_steps)
+    return batching.train_loader(examples, collator, batch_size, config.seed)
+
+
+def train_count(examples, config: TrainConfig) -> int | None:
+    return None if config.streaming else len(examples)  # a stream has no count
 
 
 def make_collator(tokenizer, padding: str, max_seq_length: int):

@@ -1,6 +1,6 @@
 """Each example of a causal LM as (token ids, labels): every token scored (text), or the answer only (instructions).
 
-The format is recognised from the data's columns (data/formats.py):
+The format is recognised from the data's columns (data/instruction_formats.py):
   text               a plain text: every token labelled.
   prompt-completion  the prompt and the completion, each tokenized on its own and joined as written (end the
                      prompt with the separator you want: a newline, a space); the prompt's labels are -100.
@@ -13,7 +13,8 @@ scored on it. Packing the examples into blocks is the task's (causal_lm.py).
 """
 
 from ..config import DEMO_DATA_DIR
-from ..data.formats import MESSAGES, PROMPT_COMPLETION, TEXT, DataProblem
+from ..data.formats import TEXT, DataProblem
+from ..data.instruction_formats import MESSAGES, PROMPT_COMPLETION
 
 IGNORED = -100  # labels the loss skips: prompts, user turns, padding
 # The demo's WordPiece tokenizer (tokenizer.py) has no chat template: a minimal one (data/demo-lm/chat_template.jinja)

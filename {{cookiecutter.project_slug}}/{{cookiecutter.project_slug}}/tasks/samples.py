@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from ..data.formats import MESSAGES, PROMPT_COMPLETION
+from ..data.instruction_formats import MESSAGES, PROMPT_COMPLETION
 
 PROMPT_WORDS = 8  # a plain text's prompt: its first words (at most half of them)
 NEW_TOKENS = 16
@@ -85,3 +85,12 @@ def continue_with(model, tokenizer, prompts: list[str], new_tokens: int = NEW_TO
 def show(samples: list[dict]) -> str:
     return "\n".join(f"sample {index}: {sample['prompt']!r} -> {sample['continuation']!r}"
                      for index, sample in enumerate(samples, start=1))
+
+
+def after_export(report: dict, tokenizer, data, config) -> str | None:
+    """The task's step after the export: greedy samples from the exported model into the report, made on the host
+    (generation compiles nothing on the device); what the run prints after its table (None: nothing to print)."""
+    if not (config.export and config.samples):
+        return None
+    report["samples"] = continue_greedily(report["exported"], tokenizer, eval_prompts(data, tokenizer, config.samples))
+    return show(report["samples"]) if report["samples"] else None

@@ -16,7 +16,7 @@ from transformers import (
 )
 
 from ..config import ATTENTION, PADDING_MODES, TrainConfig
-from ..data import preparation
+from ..data import batching, preparation
 from ..data.formats import TaskChecks, no_column
 from ..data.hub import from_hub_or_folder
 from ..data.sources import load_text_data
@@ -96,6 +96,19 @@ def load_examples(config: TrainConfig, demo: bool):
     if config.max_train_examples:
         train_examples = train_examples.select(range(min(config.max_train_examples, len(train_examples))))
     return data, tokenizer, train_examples, eval_examples
+
+
+def train_loader(examples, collator, batch_size: int, config: TrainConfig):
+    """The shuffled train loader (data/batching.py); the layout gives each process or host its share."""
+    return batching.train_loader(examples, collator, batch_size, config.seed)
+
+
+def train_count(examples, config: TrainConfig) -> int:
+    return len(examples)
+
+
+def after_export(report: dict, tokenizer, data, config: TrainConfig) -> None:
+    """Nothing after the export: the report is whole, nothing more to print."""
 
 
 def make_collator(tokenizer, padding: str, max_seq_length: int):
