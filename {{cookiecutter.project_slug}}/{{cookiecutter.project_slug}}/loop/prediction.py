@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from ..config import UserError
 from ..data import batching
 from ..launch import processes
 {% if cookiecutter.task != "causal-lm" -%}
@@ -36,7 +37,7 @@ from . import generation
 ROW = "row"  # each example's line among the input's examples, from 0: what puts the gathered rows back in order
 
 
-class PredictionProblem(ValueError):
+class PredictionProblem(UserError, ValueError):
     """Bad input to predict.py: said in one line, exit status 2, no output file."""
 
 
