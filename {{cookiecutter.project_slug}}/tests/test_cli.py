@@ -1,6 +1,8 @@
 """The command line: every boolean option takes the bare flag and true/false, and --help says so; every option has a
 help of its own."""
 
+import ast
+import builtins
 import dataclasses
 import re
 
@@ -105,3 +107,37 @@ def test_every_flag_the_readme_names_is_named_by_a_test():
     tests = "\n".join(path.read_text(encoding="utf-8") for path in (PROJECT / "tests").glob("*.py"))
     unnamed = sorted(flag for flag in flags if not re.search(rf"(?<!\w){re.escape(flag)}(?![\w-])", tests))
     assert not unnamed, f"README.md offers flags no test names: {unnamed}"
+
+
+def defined_classes() -> dict[str, list[str]]:
+    """Every class the package defines, by name, with its bases' names (a dotted base by its last part)."""
+    classes = {}
+    for path in (PROJECT / "{{ cookiecutter.project_slug }}").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                classes[node.name] = [ast.unparse(base).rsplit(".", 1)[-1] for base in node.bases]
+    return classes
+
+
+def test_every_error_the_package_defines_is_a_user_error():
+    """cli.py, predict_cli.py and plan_cli.py catch UserError alone (config/errors.py): an error class beside it would
+    reach the user as a stack trace. Private ones (a leading _) are caught where they are raised."""
+    classes = defined_classes()
+
+    def ancestors(name: str) -> set[str]:
+        return {name}.union(*(ancestors(base) for base in classes.get(name, [])))
+
+    errors = {name for name in classes if any(isinstance(getattr(builtins, base, None), type) and
+                                              issubclass(getattr(builtins, base), BaseException)
+                                              for base in ancestors(name))}
+    assert {"ConfigError", "DataProblem", "CheckpointProblem", "Preempted", "NonFiniteLoss", "CompileFailed"} <= errors
+    assert sorted(name for name in errors if "UserError" not in ancestors(name) and not name.startswith("_")) == []
+
+
+def test_the_exit_codes_a_scheduler_tells_apart():
+    from {{ cookiecutter.project_slug }}.fault_tolerance.loss_guard import NonFiniteLoss
+    from {{ cookiecutter.project_slug }}.fault_tolerance.preemption import Preempted
+    from {{ cookiecutter.project_slug }}.plan_cli import CompileFailed
+
+    assert (ConfigError.exit_code, Preempted.exit_code, NonFiniteLoss.exit_code, CompileFailed.exit_code) == (2, 75, 3, 1)
+    assert (ConfigError.said_as, Preempted.said_as) == ("error", "stopped")

@@ -18,7 +18,7 @@ from conftest import (
     train,
 )
 
-from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
+from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig, step_function
 
 # At the bake's precision (bf16 autocast by default), dropout on: as users run it.
 JAX_RUN = ["--demo", "true", "--max_seq_length", "32", "--max_train_examples", "64", "--num_epochs", "1",
@@ -73,6 +73,26 @@ def test_what_the_jax_step_cannot_do_is_refused(settings, refusal):
         TrainConfig(step_function="jax", **settings)
     with pytest.raises(ConfigError, match="step_function='eager': must be one of lazy, jax"):
         TrainConfig(step_function="eager")
+    # The same list is plan.py's --compile's: a lazy run's settings are asked too.
+    assert list(step_function.whole_step_refusals(TrainConfig(**settings))) == [next(iter(settings))]
+
+
+ALONE = {"on_xla": True, "layout": "fsdp", "processes": 1, "hosts": 1}
+
+
+@pytest.mark.parametrize(("found", "refusal"), [
+    ({"layout": "data", "processes": 2}, "parallelism='data' runs in one process only"),
+    ({"hosts": 2}, "runs on one host for now"),
+    ({"on_xla": False}, "needs an XLA device"),
+])
+def test_what_the_run_finds_as_it_prepares_is_refused_too(found, refusal):
+    """The refusals loop/preparation.py asks for once the device, the layout and the processes are known."""
+    jax = TrainConfig(step_function="jax")
+    # One process on one host: nothing refused but jax and flax where they are not installed.
+    assert set(step_function.whole_step_refusals(jax, step_function.Found(**ALONE))) <= {"jax"}
+    with pytest.raises(ConfigError, match=refusal):
+        step_function.check(jax, step_function.Found(**{**ALONE, **found}))
+    step_function.check(TrainConfig(), step_function.Found(**{**ALONE, **found}))  # the lazy step: nothing refused
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import sys
 
 from transformers import HfArgumentParser
 
-from .config import ConfigError, TrainConfig
+from .config import ConfigError, TrainConfig, UserError
 
 
 class _DefaultUnlessSaid(argparse.ArgumentDefaultsHelpFormatter):
@@ -79,40 +79,23 @@ def main(argv=None) -> int:
     and xmp.spawn) and drops its return value, so a returned 2 would reach the shell as 0.
     """
     config = parse(argv)
-    from .launch.environment import EnvironmentProblem, check_stack
+    from .launch.environment import check_stack
     from .launch.processes import is_main_process
-
-    def stop(error: Exception, said: str = "error"):
-        # A problem that every process raised together is said once, by the main process; the hosts then leave together.
-        together = getattr(error, "every_process", False)
-        if not together or is_main_process():
-            print(f"{said}: {error}", file=sys.stderr)
-        if together:
-            from .launch.hosts import leave_together
-
-            leave_together()
-        raise SystemExit(getattr(error, "exit_code", 2)) from None
 
     try:
         check_stack()  # before the training code's imports (seconds): a stack that cannot run says so at once
-    except EnvironmentProblem as error:
-        stop(error)
-    from .data.formats import DataProblem
-    from .data.hub import ModelUnavailable
-    from .fault_tolerance.checkpointing import CheckpointProblem
-    from .fault_tolerance.loss_guard import NonFiniteLoss
-    from .fault_tolerance.preemption import Preempted
-    from .loop.training import training_function
-    from .precision.levels import PrecisionUnavailable
-    from .watch.graph_watch import RecompilationLimit
+        from .loop.training import training_function
 
-    try:
         training_function(config=config)
-    except (
-        ConfigError, DataProblem, CheckpointProblem, EnvironmentProblem, ModelUnavailable, PrecisionUnavailable,
-        RecompilationLimit, Preempted, NonFiniteLoss,
-    ) as error:
-        stop(error, "stopped" if isinstance(error, Preempted) else "error")
+    except UserError as error:  # every known problem (config/errors.py); anything else is a bug, with its trace
+        # A problem that every process raised together is said once, by the main process; the hosts then leave together.
+        if not error.every_process or is_main_process():
+            print(f"{error.said_as}: {error}", file=sys.stderr)
+        if error.every_process:
+            from .launch.hosts import leave_together
+
+            leave_together()
+        raise SystemExit(error.exit_code) from None
     return 0
 
 

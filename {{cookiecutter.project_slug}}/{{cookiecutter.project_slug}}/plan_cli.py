@@ -14,13 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cli import build_parser, unknown_flag
-from .config import ConfigError, TrainConfig
+from .config import ConfigError, TrainConfig, UserError, step_function
 from .planning import estimate, targets
 from .planning.table import table
 
 
-class CompileFailed(RuntimeError):
+class CompileFailed(UserError, RuntimeError):
     """The TPU compiler refused the step for a reason other than memory (that one is a figure of the plan)."""
+
+    exit_code = 1  # not bad input (2): the input was fine, the compiler failed
 
 
 @dataclass
@@ -72,18 +74,21 @@ def run_model(config: TrainConfig, recipe: estimate.Recipe):
     return model.to(torch.bfloat16) if recipe.weight_bytes == 2 else model
 
 
-def compiler_problem(config: TrainConfig, recipe: estimate.Recipe) -> str | None:
+def compiler_problem(config: TrainConfig) -> str | None:
     """Why --compile cannot compile this run's step: it compiles the whole-step function (xla/jax_step.py)."""
     from .xla.tpu_compile import tpu_compiler_problem
 
     missing = tpu_compiler_problem()
     if missing:
         return f"compile: {missing}: pip install -e '.[plan]' -c constraints.txt"
-    if recipe.optimizer != "adamw" or recipe.kahan_summation:
+    # What the JAX step cannot do is config/step_function.py's; a pure_bf16 level is no reason here (the plan hands
+    # the function bf16 weights itself: run_model), and the run's device, processes and hosts are not this machine's.
+    lacks = step_function.whole_step_refusals(config)
+    if "optim" in lacks:
         return "compile: the whole-step function steps the default AdamW only (--optim adamw, no --kahan_summation)"
-    if recipe.gradient_checkpointing:
+    if "gradient_checkpointing" in lacks:
         return "compile: gradient_checkpointing is not in the whole-step function yet; the estimate covers it"
-    if config.gradient_accumulation_steps > 1:
+    if "gradient_accumulation_steps" in lacks:
         return "compile: gradient_accumulation_steps > 1 is not in the whole-step function yet; plan one micro-batch"
     return None
 
@@ -164,7 +169,7 @@ def make_plan(config: TrainConfig, options: PlanOptions, say=print) -> dict:
     recipe = recipe_of(config, task)
     if options.mfu <= 0 or options.mfu > 1:
         raise ConfigError(f"mfu={options.mfu}: a share of the chip's peak, above 0 and at most 1")
-    if options.compile and (problem := compiler_problem(config, recipe)):
+    if options.compile and (problem := compiler_problem(config)):
         raise ConfigError(problem)
     model = run_model(config, recipe)
     train_examples = options.train_examples or task.default_train_examples(recipe.length)
@@ -192,16 +197,11 @@ def make_plan(config: TrainConfig, options: PlanOptions, say=print) -> dict:
 
 def main(argv=None) -> int:
     config, options = parse(argv)
-    from .data.hub import ModelUnavailable
-
     try:
         report = make_plan(config, options)
-    except (ConfigError, ModelUnavailable, targets.UnknownTarget) as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except CompileFailed as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(1) from None
+    except UserError as error:  # every known problem (config/errors.py): one line, nothing written
+        print(f"{error.said_as}: {error}", file=sys.stderr)
+        raise SystemExit(error.exit_code) from None
     recipe = report["recipe"]
     print(f"Plan: {report['model']} ({report['task']}), {recipe['per_chip_batch']} x {recipe['length']} per chip, "
           f"{recipe['level']}, {recipe['layout']} layout, {recipe['optimizer']}, "

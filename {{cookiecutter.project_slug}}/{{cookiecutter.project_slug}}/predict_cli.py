@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import TrainConfig
+from .config import TrainConfig, UserError
 
 BASE = TrainConfig()  # the bake's defaults: batch size, sequence length, layout
 PRECISIONS = {"bf16": "bf16", "no": "fp32"}  # --mixed_precision: the training level it runs the forward at
@@ -234,14 +234,11 @@ def run(config: PredictConfig) -> dict:
 
 def main(argv=None) -> int:
     config = parse(argv)
-    from .data.formats import DataProblem
-    from .loop.prediction import PredictionProblem
-
     try:
         run(config)
-    except (PredictionProblem, DataProblem) as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    except UserError as error:  # every known problem (config/errors.py): one line, no output file
+        print(f"{error.said_as}: {error}", file=sys.stderr)
+        raise SystemExit(error.exit_code) from None
     return 0
 
 

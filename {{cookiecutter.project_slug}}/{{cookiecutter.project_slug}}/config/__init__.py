@@ -5,4 +5,5 @@ is the one import a notebook or script needs. The defaults and choices (defaults
 """
 
 from .defaults import *  # noqa: F403  (every default and choice, under the folder's name)
+from .errors import UserError  # noqa: F401  (the base class of every one-line problem)
 from .train_config import TrainConfig  # noqa: F401

@@ -1,12 +1,12 @@
 """The checks a `TrainConfig` passes when it is made: each refusal is one line naming the field and what is allowed."""
 
+from . import step_function
 from .defaults import (
     OPTIMIZERS,
     PADDING_MODES,
     PARALLELISMS,
     PURE_BF16_CHOICES,
     SCHEDULES,
-    STEP_FUNCTIONS,
     TRACKERS,
     ConfigError,
 )
@@ -71,7 +71,7 @@ def check(config) -> None:
         raise ConfigError(f"kahan_summation=True is for optim='adamw' (optimi's AdamW), not optim={config.optim!r}")
     _check_schedule(config)
     _check_lora(config)
-    _check_step_function(config)
+    step_function.check(config)  # and what the JAX step cannot do: config/step_function.py
 
 
 def _whole(value, least: int) -> bool:
@@ -110,20 +110,3 @@ def _check_schedule(config) -> None:
         raise ConfigError(f"warmup_steps={config.warmup_steps} and warmup_ratio={config.warmup_ratio}: give one of the two")
     if config.lr_scheduler_type == "constant" and (config.warmup_steps or config.warmup_ratio):
         raise ConfigError("lr_scheduler_type='constant' has no warm-up: use constant_with_warmup, or leave the warm-up out")
-
-
-def _check_step_function(config) -> None:
-    """The JAX step (xla/jax_step.py) does what the lazy step does for the default optimizer, in one graph."""
-    if config.step_function not in STEP_FUNCTIONS:
-        raise ConfigError(f"step_function={config.step_function!r}: must be one of {', '.join(STEP_FUNCTIONS)}")
-    if config.step_function == "lazy":
-        return
-    if config.optim != "adamw" or config.kahan_summation:
-        raise ConfigError("step_function='jax' runs the project's AdamW: leave optim=adamw and kahan_summation off")
-    if config.gradient_accumulation_steps != 1:
-        raise ConfigError("step_function='jax' is one graph per step: set gradient_accumulation_steps=1")
-    if config.pure_bf16 not in (None, "no", "cast"):
-        raise ConfigError(f"step_function='jax' with pure_bf16={config.pure_bf16!r}: XLA's bf16 variables do not "
-                          "reach a JAX function; use pure_bf16=cast or no")
-    if config.gradient_checkpointing:
-        raise ConfigError("step_function='jax' does not recompute activations: leave gradient_checkpointing off")

@@ -3,6 +3,8 @@
 from dataclasses import field
 from pathlib import Path
 
+from .errors import UserError
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # <project>/<package>/config/defaults.py
 {%- if cookiecutter.task == "causal-lm" %}
 DEMO_DATA_DIR = PROJECT_ROOT / "data" / "demo-lm"  # written by the template's tools/make_lm_demo_text.py
@@ -57,7 +59,7 @@ def switch(default: bool | None, help: str):
 ATTENTION = "eager"
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration value that cannot work; the message names the field."""
 
 

@@ -7,8 +7,10 @@ import datasets
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..config.errors import UserError
 
-class DataProblem(ValueError):
+
+class DataProblem(UserError, ValueError):
     """A data file that cannot be trained on; the message names the file, line and problem."""
 
 

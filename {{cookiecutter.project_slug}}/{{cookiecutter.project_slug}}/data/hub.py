@@ -9,8 +9,10 @@ from pathlib import Path
 
 import datasets
 
+from ..config.errors import UserError
 
-class ModelUnavailable(RuntimeError):
+
+class ModelUnavailable(UserError, RuntimeError):
     """The model (or its tokenizer) can be read neither from a local folder nor from the hub."""
 
 

@@ -11,6 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
+from ..config.errors import UserError
 from ..launch.processes import barrier, gather_objects, is_main, where_am_i
 from .manifest import manifest_of, write_manifest
 
@@ -20,7 +21,7 @@ SETTINGS = "settings.json"  # the run's options (fault_tolerance/resume.py compa
 KEEP = 2
 
 
-class CheckpointProblem(RuntimeError):
+class CheckpointProblem(UserError, RuntimeError):
     """A checkpoint could not be written or read; the message says where and why."""
 
     # True when every process raises the same problem together, so the command line prints it once.

@@ -13,6 +13,7 @@ newest one written before the failure (the last good one) stays on disk.
 
 import torch
 
+from ..config.errors import UserError
 from ..launch import processes
 from ..precision.fixed_point import finite_to_fixed
 from ..xla import device as devices
@@ -23,7 +24,7 @@ LOSS, STEPS, BAD, FIRST_BAD = range(4)
 EXIT_CODE = 3  # not 2 (bad input) nor 75 (preempted: a scheduler may retry that); a retry would fail the same way
 
 
-class NonFiniteLoss(Exception):
+class NonFiniteLoss(UserError):
     """The training loss was NaN or infinite: said in one line, and the run exits with EXIT_CODE."""
 
     exit_code = EXIT_CODE

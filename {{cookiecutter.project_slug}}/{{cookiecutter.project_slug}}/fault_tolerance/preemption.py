@@ -13,6 +13,7 @@ checkpoint_schedule.py's; this module is the callback (callbacks.py) that asks f
 import signal
 import threading
 
+from ..config.errors import UserError
 from ..launch.processes import agree
 
 # EX_TEMPFAIL: a temporary failure, to be retried (here: with --resume).
@@ -20,11 +21,12 @@ PREEMPTED_EXIT = 75
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-class Preempted(RuntimeError):
+class Preempted(UserError, RuntimeError):
     """The run stopped on a signal after writing a checkpoint; the message says how to continue."""
 
     every_process = True
     exit_code = PREEMPTED_EXIT
+    said_as = "stopped"  # not an error: the run stopped where it was told to, and continues with --resume
 
 
 class StopSignals:

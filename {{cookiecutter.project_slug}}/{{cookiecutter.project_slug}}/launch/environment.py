@@ -9,12 +9,13 @@ import importlib.metadata
 import importlib.util
 import os
 
+from ..config.errors import UserError
 from ..xla import runtime
 
 xla_installed = runtime.installed  # a name of this module's own, so that a test can pretend torch_xla is there
 
 
-class EnvironmentProblem(RuntimeError):
+class EnvironmentProblem(UserError, RuntimeError):
     """The installed stack cannot run as asked; the message says how to fix it."""
 
 

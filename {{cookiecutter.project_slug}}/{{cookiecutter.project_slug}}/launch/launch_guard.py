@@ -14,6 +14,7 @@ import os
 import re
 import sys
 
+from ..config.errors import UserError
 from ..xla import runtime
 
 # Code that sets up a device or Accelerate's state when it runs in a notebook cell.
@@ -27,7 +28,7 @@ RESTART = (
 )
 
 
-class UnsafeLaunch(RuntimeError):
+class UnsafeLaunch(UserError, RuntimeError):
     """Launching now would fail or go wrong (a device already used, a setting that splits the run)."""
 
 

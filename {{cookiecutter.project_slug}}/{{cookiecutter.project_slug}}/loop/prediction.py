@@ -8,13 +8,14 @@ import json
 import os
 from pathlib import Path
 
+from ..config import UserError
 from ..launch import processes
 from ..watch.compilations import compile_counts
 
 ROW = "row"  # each example's line among the input's examples, from 0: what puts the gathered rows back in order
 
 
-class PredictionProblem(ValueError):
+class PredictionProblem(UserError, ValueError):
     """Bad input to predict.py: said in one line, exit status 2, no output file."""
 
 

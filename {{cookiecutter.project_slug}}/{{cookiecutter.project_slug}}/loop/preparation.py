@@ -5,14 +5,13 @@ The task (tasks/) says how examples are loaded and batched and which model is bu
 """
 
 import functools
-import importlib.util
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from ..config import DEMO_GLOBAL_BATCH, ConfigError, TrainConfig
+from ..config import DEMO_GLOBAL_BATCH, ConfigError, TrainConfig, step_function
 from ..data import batching
 from ..data.preparation import timed
 from ..launch.processes import main_process_first
@@ -144,20 +143,11 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
 
 def whole_step(accelerator, layout, optimizer, config: TrainConfig, precision_report):
     """--step_function jax: the step as one JAX function over the layout's plain model; None for the lazy step."""
-    if config.step_function == "lazy":
+    if not step_function.takes_whole_step(config):
         return None
-    if accelerator.device.type != "xla":
-        raise ConfigError("step_function='jax' needs an XLA device (torch_xla): use step_function=lazy here")
-    if layout.name == "data" and accelerator.num_processes > 1:
-        # Accelerate averages the lazy step's gradients between processes in its clip and optimizer step; inside
-        # the JAX function nothing does. Under fsdp the SPMD partitioner adds the collectives to the one graph.
-        raise ConfigError("step_function='jax' with parallelism='data' runs in one process only (its gradients are "
-                          "not averaged between processes): use parallelism=fsdp (SPMD) or step_function=lazy")
-    if getattr(getattr(layout, "host", None), "count", 1) > 1:  # torchax breaks torch.distributed's barrier (xla/runtime.py)
-        raise ConfigError("step_function='jax' runs on one host for now: use step_function=lazy on several hosts")
-    if importlib.util.find_spec("jax") is None or importlib.util.find_spec("flax") is None:
-        raise ConfigError("step_function='jax' needs jax and flax, which the tpu and xla-cpu extras bring: "
-                          "pip install -e '.[tpu]' -c constraints.txt")
+    hosts = getattr(getattr(layout, "host", None), "count", 1)  # fsdp spans hosts; data, on several, is refused as processes
+    step_function.check(config, step_function.Found(on_xla=accelerator.device.type == "xla", layout=layout.name,
+                                                    processes=accelerator.num_processes, hosts=hosts))
     from ..xla.jax_step import WholeStep
 
     autocast = torch.bfloat16 if precision_report.autocast else None

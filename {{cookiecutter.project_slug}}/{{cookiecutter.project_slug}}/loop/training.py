@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..config import TrainConfig
+from ..config import TrainConfig, step_function
 from ..data.batching import shuffle_config
 from ..data.sources import wants_demo
 from ..fault_tolerance import output_folder, resume, run_lock
@@ -58,7 +58,7 @@ def _training_function(model, config: TrainConfig, lock: run_lock.RunLock) -> di
     cache_dir = compilations.init_compilation_cache(f"{config.output_dir}/xla-cache") if config.compilation_cache else None
     analysis_file = None
     if environment.xla_installed():
-        if config.step_function == "lazy":
+        if not step_function.takes_whole_step(config):
             xla_runtime.keep_torchax_out()  # torchax, once imported, passes for torch's accelerator (xla/runtime.py)
         precision.set_xla_variables(level)
         if takes_python_scalars(config.optim, config.kahan_summation):

@@ -14,9 +14,10 @@ from ..models.lora import trainable_state
 from ..models.modeling import enable_gradient_checkpointing
 from ..xla import runtime
 from ..xla.device import uses_xla
+from .layout import Layout
 
 
-class DataParallel:
+class DataParallel(Layout):
     name = "data"
 
     def __init__(self, config):

@@ -23,9 +23,10 @@ from ..launch.processes import barrier, is_main
 from ..xla import runtime, sharding
 from .fsdp_checkpoint import load_sharded, read_weights_sharded, save_sharded, save_weights_sharded
 from .fsdp_wrapping import AXIS, wrap_model
+from .layout import Layout
 
 
-class FsdpV2:
+class FsdpV2(Layout):
     name = "fsdp"
 
     def __init__(self, config):

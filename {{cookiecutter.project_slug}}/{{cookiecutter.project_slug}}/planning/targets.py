@@ -13,6 +13,8 @@ overrides them.
 import re
 from dataclasses import dataclass
 
+from ..config.errors import UserError
+
 GIB = 2 ** 30
 PRICES_READ = "2026-12-06"
 
@@ -63,7 +65,7 @@ class Target:
         return f"{self.chip.topology_prefix}:{SHAPES[self.chip.three_dimensional][self.chips]}", (2, 2, 1)
 
 
-class UnknownTarget(ValueError):
+class UnknownTarget(UserError, ValueError):
     pass
 
 

@@ -24,7 +24,7 @@ from types import MethodType
 
 import torch
 
-from ..config import PURE_BF16_CHOICES, ConfigError, TrainConfig
+from ..config import PURE_BF16_CHOICES, ConfigError, TrainConfig, UserError
 from ..xla import precision as xla_precision
 from ..xla.device import uses_xla
 from ..xla.precision import lowered_types  # noqa: F401  (part of this module's interface: the graph check)
@@ -61,7 +61,7 @@ STORED = {
 TRUE_WORDS = ("1", "true", "yes")
 
 
-class PrecisionUnavailable(RuntimeError):
+class PrecisionUnavailable(UserError, RuntimeError):
     """A level was asked for and nothing on this machine can deliver it."""
 
 

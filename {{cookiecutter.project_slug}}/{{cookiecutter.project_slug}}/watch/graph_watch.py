@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..config.errors import UserError
 from ..xla import compilation
 from .compile_analysis import HOST_READ, Analysis, parse_analyses
 
@@ -25,7 +26,7 @@ WARMUP_TRAIN_STEPS = 3
 PHASES = ("train", "eval", "other")
 
 
-class RecompilationLimit(RuntimeError):
+class RecompilationLimit(UserError, RuntimeError):
     """More recompilations than --max_recompilations allows; the message names the last one."""
 
     # Every process runs the same graphs, so every process stops at the same step.

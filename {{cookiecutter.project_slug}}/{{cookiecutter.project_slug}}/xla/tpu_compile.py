@@ -28,10 +28,6 @@ OUT_OF_HBM = re.compile(r"Used ([\d.]+)G of ([\d.]+)G hbm")
 AXIS = "fsdp"
 
 
-class CompilerUnavailable(RuntimeError):
-    """libtpu (the `plan` extra) or jax is not installed."""
-
-
 def tpu_compiler_problem() -> str | None:
     """Why the TPU compiler cannot run here, or None."""
     import importlib.util
