@@ -1,7 +1,7 @@
 """The example formats a file or data set may hold, recognised from its columns, and the checks of their rows.
 
 A causal LM also trains on instruction data: a `text` column, `prompt` and `completion` columns, or a `messages`
-column (chat turns, JSON lines only); tasks/instructions.py turns each format into tokens and labels.
+column (chat turns, JSON lines only); the causal LM's tasks.instructions turns each format into tokens and labels.
 """
 
 from collections.abc import Callable

@@ -45,7 +45,7 @@ class DataParallel:
         return accelerator.num_processes
 
     def stream_reader(self, accelerator) -> tuple[int, int]:
-        """--streaming: each process reads its own part of the stream (data/streaming.py)."""
+        """--streaming (a causal LM's): each process reads its own part of the stream (its data.streaming)."""
         return accelerator.process_index, accelerator.num_processes
 
     def scheduler_calls_per_step(self, accelerator) -> int:

@@ -62,7 +62,7 @@ class FsdpV2:
         return self.host.count
 
     def stream_reader(self, accelerator) -> tuple[int, int]:
-        """--streaming: each host reads its own part of the stream for all of its chips (data/streaming.py)."""
+        """--streaming (a causal LM's): each host reads its own part of the stream for all of its chips."""
         return self.host.index, self.host.count
 
     def scheduler_calls_per_step(self, accelerator) -> int:
