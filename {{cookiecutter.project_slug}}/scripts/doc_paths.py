@@ -87,9 +87,10 @@ def anchors(path: Path) -> set[str]:
 class Tree:
     """The repository the docs describe: its bases (the first the root), and `<pkg>` and the package's name."""
 
-    def __init__(self, bases: list[Path], package: Path):
+    def __init__(self, bases: list[Path], package: Path, names: tuple[str, ...] = ()):
+        """`names`: other names the docs give the package (the template's docs: the default bakes' slugs)."""
         self.bases, self.package = [Path(base) for base in bases], Path(package)
-        self.aliases = {"<pkg>": self.package, self.package.name: self.package}
+        self.aliases = {name: self.package for name in ("<pkg>", self.package.name, *names)}
         self.firsts = set(self.aliases) | {entry.name for base in self.bases if base.is_dir() for entry in base.iterdir()}
         self.names = set()
         for _, subfolders, files in os.walk(self.bases[0]):

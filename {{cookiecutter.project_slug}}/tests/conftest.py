@@ -177,7 +177,7 @@ def pytest_runtest_setup(item):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """REQUIRE_NO_SKIPS=1 (CI's whole suite, README "Run the tests"): a skipped test fails the run, since what it
+    """REQUIRE_NO_SKIPS=1 (CI's whole suite, docs/tests.md): a skipped test fails the run, since what it
     needs was to be installed; a green run then means every test ran."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = reporter.stats.get("skipped", []) if reporter else []
