@@ -79,7 +79,7 @@ mutation: env ## Named mutations of the modules whose tests train little, each a
 notebook: env ## Rebuild the template's notebook with nbformat (never edit the .ipynb by hand)
 	$(PY) tools/build_notebook.py
 
-results: demo ## Put the latest quick benchmark tables (written by make test) and the demo's curves into README.md
+results: demo ## Put the latest quick benchmark tables (written by make test) into docs/, and the demo's curves into README.md
 	$(PY) tools/update_readme_results.py
 
 clean: ## Remove baked output (keeps the environment)

@@ -2,7 +2,7 @@
 
 The suite runs in its own interpreter (its measurements fork children from a parent that
 never touched an XLA device, which this pytest process cannot promise). Its JSON, table
-and plot are copied here; `python tools/update_readme_results.py` puts the table in README.md.
+and plot are copied here; `python tools/update_readme_results.py` puts the table in docs/benchmarks.md.
 
 The benchmarks the bake marks `timing` (loops timed against each other in rounds) run apart, in the tests marked
 `alone`: `make test` runs those after everything else, with nothing beside them, because the other suites on the

@@ -33,6 +33,7 @@ TASK_FILES = {
         # Streaming in the layouts, instruction formats, predict.py's generating loop (docs/specialising.md).
         f"{ANSWERS['project_slug']}/parallel/streams.py", f"{ANSWERS['project_slug']}/data/instruction_formats.py",
         f"{ANSWERS['project_slug']}/loop/predict_continuations.py",
+        "docs/instruction-data.md",
         # The loop against TRL's SFTTrainer (trl: a benchmark dependency of the causal-LM bake only).
         "benchmarks/measure_lm_loops.py", "benchmarks/test_lm_loops.py",
         # Where predict.py generates fastest: the device's static cache against the host's generate().
@@ -41,6 +42,7 @@ TASK_FILES = {
 }
 BENCHMARK_FILES = (
     "benchmarks",
+    "docs/benchmarks.md",
     ".github/workflows/benchmarks.yml",
     "tests/test_benchmark_logic.py",
     f"{ANSWERS['project_slug']}/watch/memory.py",
@@ -144,7 +146,7 @@ def next_steps(answers) -> str:
     if answers["variants"] != "script":
         lines.append("  open train_on_tpu.ipynb in Colab or Kaggle (TPU runtime) and run all cells")
     lines.append("  PJRT_DEVICE=CPU pytest                  # the project's own tests")
-    lines.append("  README.md explains every target (Colab, Kaggle, TPU VM, pod).")
+    lines.append("  README.md: the first commands; docs/launchers.md: every target (Colab, Kaggle, TPU VM, pod, GKE).")
     return "\n".join(lines)
 
 

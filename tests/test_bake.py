@@ -20,6 +20,7 @@ NOTEBOOK_ONLY = {"train_on_tpu.ipynb", "tests/test_notebook.py", "PKG/launch/lau
 SCRIPT_ONLY = {"train.py", "tests/test_script.py"}
 BENCHMARKS_ONLY_PREFIXES = (
     "benchmarks/", ".github/workflows/benchmarks.yml", "tests/test_benchmark_logic.py", "PKG/watch/memory.py",
+    "docs/benchmarks.md",
 )
 # Each task's own files (the post-gen hook keeps the chosen task's).
 TASK_ONLY = {
@@ -40,7 +41,7 @@ TASK_ONLY = {
         "data/demo-lm/instructions-eval.jsonl", "data/demo-lm/chat_template.jinja", "tests/chatml_template.jinja",
         "PKG/data/packing.py", "PKG/data/streaming.py", "tests/test_streaming.py", "PKG/loop/generation.py",
         "PKG/parallel/streams.py", "PKG/data/instruction_formats.py", "PKG/loop/predict_continuations.py",
-        "benchmarks/test_generation.py",
+        "benchmarks/test_generation.py", "docs/instruction-data.md",
     },
 }
 # A Jinja tag left in a baked file. `%}` right after a digit is Python's percent format (f"{share:.1%}").
@@ -190,7 +191,7 @@ ENTRY_POINTS = {
 }
 
 
-def test_readme_names_the_chosen_options(baked):
+def test_the_docs_name_the_chosen_options(baked):
     answers, project = baked
     chosen = {**{"variants": "both", "shared_model": True, "mixed_precision": "bf16", "pure_bf16": "no",
                  "train_batch_size": 16, "max_seq_length": 128, "num_processes": 8, "parallelism": "data",
@@ -198,7 +199,7 @@ def test_readme_names_the_chosen_options(baked):
     chosen.setdefault("eval_batch_size", chosen["train_batch_size"])
     rows = {
         line.split("|")[1].strip(): line.split("|")[2].strip()
-        for line in (project / "README.md").read_text().splitlines()
+        for line in (project / "docs" / "choices.md").read_text().splitlines()
         if line.startswith("| ") and line.count("|") >= 4
     }
     assert rows["task"] == f"`{chosen['task']}`"

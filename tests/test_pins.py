@@ -84,9 +84,9 @@ def test_installing_with_the_constraints_gives_exactly_the_environment_the_suite
 
 
 def test_the_bake_installs_the_xpk_its_tests_were_run_with(default_project):
-    """The baked README, CI and launch test name tools/xpk-requirements.txt's xpk, the one make test runs."""
+    """The baked docs/tests.md, CI and launch test name tools/xpk-requirements.txt's xpk, the one make test runs."""
     (pin,) = [line for line in (TEMPLATE / "tools" / "xpk-requirements.txt").read_text().splitlines()
               if line.startswith("xpk==")]
-    for path in ("README.md", ".github/workflows/ci.yml"):
+    for path in ("docs/tests.md", ".github/workflows/ci.yml"):
         assert f".venv-xpk/bin/pip install {pin}" in (default_project / path).read_text(), path
     assert f'XPK_VERSION = "{pin.removeprefix("xpk==")}"' in (default_project / "tests" / "test_launch.py").read_text()

@@ -1,4 +1,4 @@
-"""Put the latest quick-profile tables (written by `make test`) into README.md, one section per task.
+"""Put the latest quick-profile tables (written by `make test`) into docs/benchmarks.md, one section per task.
 
 benchmark-results/summary.md is the default (text-classification) bake's; benchmark-results/causal-lm/ the
 causal-LM bake's; each one's alone/ holds the benchmarks `make test` times last, with nothing else running (the
@@ -10,14 +10,14 @@ the full tables stay in benchmark-results/results.md and the JSON.
 Only the text between a section's markers (`<!-- results:start -->` ... `<!-- results:end -->`, and
 `<!-- results-causal-lm:start -->` ...) changes; missing markers are added at the end.
 
-The Models table (`<!-- models:start -->` ... `<!-- models:end -->`) comes from benchmark-results/models/*.json, the
-architecture matrix's rows that each bake's tests/test_models.py writes when MODEL_MATRIX_RESULTS names that folder;
-missing markers are added before the benchmark results.
-The demo's picture (`<!-- demo:start -->` ... `<!-- demo:end -->`) comes from the run `make demo` left in
+The Models table of docs/models.md (`<!-- models:start -->` ... `<!-- models:end -->`) comes from
+benchmark-results/models/*.json, the architecture matrix's rows that each bake's tests/test_models.py writes when
+MODEL_MATRIX_RESULTS names that folder.
+The README's demo picture (`<!-- demo:start -->` ... `<!-- demo:end -->`) comes from the run `make demo` left in
 build/demo/<slug>/outputs: its curves.png is copied to docs/demo-curves.png (the README can only show a committed
-image) and its report's flops field is quoted as the report prints it; missing markers are added before the Models
-table.
+image) and its report's flops field is quoted as the report prints it; missing markers are added at the end.
 Usage: python tools/update_readme_results.py [README.md] [benchmark-results] [the demo's outputs folder]
+(the docs/ written are the ones beside that README).
 """
 
 import json
@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-HEADING = "## Latest benchmark results"
+HEADING = "# Latest benchmark results"  # docs/benchmarks.md's title
 # (results folder below benchmark-results/, marker name, what the section is)
 SECTIONS = (("", "results", "text-classification (the default bake)"), ("causal-lm", "results-causal-lm", "causal-lm"),
             ("alone", "results-alone", "text-classification, timed alone"),
@@ -113,7 +113,7 @@ def place(text: str, markers: tuple[str, str], new: str, before: str | None = No
 
 def update_models(text: str, folder: Path) -> str:
     new = models_section(folder)
-    return text if new is None else place(text, MODELS, new, before=HEADING)
+    return text if new is None else place(text, MODELS, new)
 
 
 DEMO = ("<!-- demo:start -->", "<!-- demo:end -->")
@@ -149,22 +149,34 @@ def update_demo(text: str, outputs: Path, root: Path) -> str:
         return text
     (root / DEMO_PICTURE).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(picture, root / DEMO_PICTURE)
-    return place(text, DEMO, demo_section(report_file), before=MODELS[0] if MODELS[0] in text else HEADING)
+    return place(text, DEMO, demo_section(report_file))
 
 
-def update(readme: Path, results_root: Path, demo_outputs: Path = DEMO_OUTPUTS) -> None:
-    text = update_demo(readme.read_text(), demo_outputs, readme.parent)
-    text = update_models(text, results_root / "models")
+def update_results(text: str, results_root: Path) -> str:
     for sub_folder, marker, task in SECTIONS:
         results = results_root / sub_folder if sub_folder else results_root
         if not (results / "summary.md").exists():
             continue
         start, end = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
-        new = section(results, start, end, task, results_root)
-        if HEADING not in text and not (start in text and end in text):
-            new = f"{HEADING}\n\n{new}"  # the first section of a README without results
-        text = place(text, (start, end), new)  # a section missing its markers goes at the end
-    readme.write_text(text)
+        text = place(text, (start, end), section(results, start, end, task, results_root))  # missing: at the end
+    return text
+
+
+def rewrite(path: Path, title: str, change) -> None:
+    """`path`'s text as `change` gives it (a new file starts with `title`), written only where it changed."""
+    text = path.read_text() if path.exists() else f"{title}\n"
+    new = change(text)
+    if new != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(new)
+
+
+def update(readme: Path, results_root: Path, demo_outputs: Path = DEMO_OUTPUTS) -> None:
+    """The demo's picture into `readme`; the Models table and the benchmark results into the docs/ beside it."""
+    rewrite(readme, "", lambda text: update_demo(text, demo_outputs, readme.parent))
+    docs = readme.parent / "docs"
+    rewrite(docs / "models.md", "# Models", lambda text: update_models(text, results_root / "models"))
+    rewrite(docs / "benchmarks.md", HEADING, lambda text: update_results(text, results_root))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 graph element types and the drift of the loss from fp32 after K steps.
 
 A mode whose graph lacks the types it promises is reported as failed (extra_info status and
-reason) and never timed: the test then fails where REQUIRE_XLA=1 (CI, the README's command) and is
+reason) and never timed: the test then fails where REQUIRE_XLA=1 (CI, the command docs/tests.md gives) and is
 skipped with that reason elsewhere; fp32, the reference, must always work.
 The quick profile runs every mode on the demo model and fp32 and model-cast on the
 larger one; the full profile runs every mode on both.
@@ -43,7 +43,7 @@ def test_precision_mode(benchmark, profile, precision_runs, model_name, mode_nam
     precision_runs[(mode_name, model_name)] = result
     benchmark.extra_info.update(result, headline="step_median_s")
     if result["status"] != "ok":
-        # Unavailable only with a reason; where the XLA path is required (CI, the README's command), a failure.
+        # Unavailable only with a reason; where the XLA path is required (CI, docs/tests.md's command), a failure.
         message = f"{mode_name} on {model_name} did not reach the graph: {result.get('reason')}"
         if mode_name == "fp32" or os.environ.get("REQUIRE_XLA") == "1":
             pytest.fail(message)

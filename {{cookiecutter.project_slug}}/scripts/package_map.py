@@ -1,11 +1,11 @@
 """The package's map: its folders in import order and the imports between them, as a Markdown block.
 
-    python scripts/package_map.py [--package PATH] [--write README.md | --check README.md]
+    python scripts/package_map.py [--package PATH] [--write docs/package-map.md | --check docs/package-map.md]
 
 Prints the block: the folders lowest first (each after every folder it imports), each with the first line of its
-docstring, and a Mermaid flowchart of the folder-level imports. --write puts it between the README's markers
-(<!-- package-map:start --> and <!-- package-map:end -->); --check exits 1 when the README's block is not the one the
-code gives. A circle between folders is an error in every mode: it has no lowest folder, so no map.
+docstring, and a Mermaid flowchart of the folder-level imports. --write puts it between the markers of
+docs/package-map.md (<!-- package-map:start --> and <!-- package-map:end -->); --check exits 1 when that block is not
+the one the code gives. A circle between folders is an error in every mode: it has no lowest folder, so no map.
 Standard library only: it runs before anything is installed (a lint step, a pre-commit hook).
 """
 
@@ -96,7 +96,7 @@ def summary(package: Path, node: str) -> str:
 
 
 def block(package: Path = PACKAGE) -> str:
-    """The Markdown between the README's markers: the folder tree and the flowchart. Raises Circle."""
+    """The Markdown between the markers of docs/package-map.md: the folder tree and the flowchart. Raises Circle."""
     graph = folder_graph(package)
     order = import_order(graph)
     labels = {node: f"{node}/" if (package / node).is_dir() else f"{node}.py" for node in order}
@@ -105,20 +105,20 @@ def block(package: Path = PACKAGE) -> str:
     chart = [f'    {node}["{labels[node]}"]' for node in order]
     chart += [f"    {node} --> {target}" for node in sorted(graph) for target in sorted(graph[node])]
     return "\n".join([
-        "", "<!-- Written by scripts/package_map.py --write README.md: edit the code, not this block. -->",
+        "", "<!-- Written by scripts/package_map.py --write docs/package-map.md: edit the code, not this block. -->",
         "", "Lowest first: a folder imports only folders above it in this list.", "",
         "```text", *tree, "```", "", "```mermaid", "flowchart TD", *chart, "```", "",
     ])
 
 
 def readme_block(text: str) -> str | None:
-    """What the README holds between its markers, or None without them."""
+    """What the document holds between the markers, or None without them."""
     start, end = text.find(START), text.find(END)
     return text[start + len(START): end] if 0 <= start < end else None
 
 
 def check(readme: Path, package: Path = PACKAGE) -> str | None:
-    """None when the README's package map is the code's; else one line saying what differs. Raises Circle."""
+    """None when the document's package map is the code's; else one line saying what differs. Raises Circle."""
     held, made = readme_block(readme.read_text(encoding="utf-8")), block(package)
     if held is None:
         return f"{readme.name} has no {START} ... {END} block: add the markers where the map belongs, then --write"
@@ -136,8 +136,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--package", type=Path, default=PACKAGE, help="the package folder (default: %(default)s)")
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--write", type=Path, metavar="README", help="replace the block between the README's markers")
-    mode.add_argument("--check", type=Path, metavar="README", help="exit 1 when the README's block is not the code's")
+    mode.add_argument("--write", type=Path, metavar="DOC",
+                      help="replace the block between the markers in DOC (docs/package-map.md)")
+    mode.add_argument("--check", type=Path, metavar="DOC", help="exit 1 when the block in DOC is not the code's")
     args = parser.parse_args(argv)
     try:
         if args.check:

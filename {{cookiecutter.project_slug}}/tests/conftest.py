@@ -10,6 +10,8 @@ import atexit
 import importlib.util
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +81,41 @@ def eval_examples(max_seq_length: int) -> int:
     return len(task.load_examples(TrainConfig(demo=True, max_seq_length=max_seq_length), demo=True)[3])
 
 
+# The README's first screen, in lines: what the project is and its four commands, each named by its comment.
+FIRST_SCREEN = 40
+FIRST_COMMANDS = ("install", "the demo", "your own data", "on a TPU")
+ENTRY_POINTS = ("train.py", "{{ cookiecutter.project_slug }}.cli")
+
+
+def first_screen() -> dict[str, tuple[dict, list[str]]]:
+    """The commands of the README's first bash block within its first screen, by what their comments say they do
+    (FIRST_COMMANDS): each as (the variables it sets, its argv)."""
+    lines = (PROJECT / "README.md").read_text(encoding="utf-8").splitlines()[:FIRST_SCREEN]
+    block = "\n".join(lines).partition("```bash\n")[2].partition("```")[0]
+    commands = {}
+    for line in block.splitlines():
+        words, comment = shlex.split(line, comments=True), line.rpartition(" # ")[2].strip()
+        role = next((role for role in FIRST_COMMANDS if comment.startswith(role)), comment)
+        variables = [word for word in words if re.fullmatch(r"[A-Z_]+=\S*", word)]
+        commands[role] = (dict(word.split("=", 1) for word in variables), words[len(variables):])
+    return commands
+
+
+def entry_flags(argv: list[str]) -> tuple[list[str], list[str]]:
+    """A command split at its entry point (train.py, or -m the package's cli): (what starts it, the flags after)."""
+    (at,) = [index for index, word in enumerate(argv) if word in ENTRY_POINTS]
+    return argv[:at + 1], argv[at + 1:]
+
+
+def readme_flags(role: str) -> list[str]:
+    """The flags the README's first-screen command `role` gives its entry point; the user's own train.csv and
+    eval.csv there are the demo's files here (demo-sized data)."""
+    from {{ cookiecutter.project_slug }}.data.sources import DEMO_FILES
+
+    yours = {"train.csv": str(DEMO_FILES["train"]), "eval.csv": str(DEMO_FILES["eval"])}
+    return [yours.get(word, word) for word in entry_flags(first_screen()[role][1])[1]]
+
+
 def quick(*extra) -> list[str]:
     """QUICK with flags replaced or added: quick("--num_epochs", "3")."""
     args = list(QUICK)
@@ -140,7 +177,7 @@ def pytest_runtest_setup(item):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """REQUIRE_NO_SKIPS=1 (CI's whole suite, README "Run the tests"): a skipped test fails the run, since what it
+    """REQUIRE_NO_SKIPS=1 (CI's whole suite, docs/tests.md): a skipped test fails the run, since what it
     needs was to be installed; a green run then means every test ran."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = reporter.stats.get("skipped", []) if reporter else []
@@ -292,14 +329,15 @@ PRECISION_FLAGS = {
 
 @pytest.fixture(scope="session")
 def demo_report(tmp_path_factory):
-    """The default demo (no flags but the precision level), run once per level and shared by all tests."""
+    """The default demo (the README's demo command, with the precision level), run once per level and shared by all
+    tests."""
     runs = {}
 
     def get(level):
         if level not in runs:
             folder = tmp_path_factory.mktemp(f"demo-{level.replace('+', '-')}")
-            runs[level] = train(folder, *PRECISION_FLAGS[level], "--checkpoint", "false", "--max_recompilations", "0",
-                                env=child_env(long=True))
+            runs[level] = train(folder, *readme_flags("the demo"), *PRECISION_FLAGS[level], "--checkpoint", "false",
+                                "--max_recompilations", "0", env=child_env(long=True))
         return runs[level]
 
     return get

@@ -77,12 +77,13 @@ def test_preprocessing_workers_are_a_count_of_processes():
     assert str(refused.value) == "preprocessing_num_workers=0: must be a positive whole number"
 
 
-# Flags the README names that are other tools' (no test of this project passes them), and whose.
+# Flags the README and docs/ name that are other tools' (no test of this project passes them), and whose.
 OTHER_TOOLS = {
     "logdir": "TensorBoard's",
     "tpu_cluster": "accelerate launch's, which the README says not to use",
     "service-account": "gcloud's, in the GKE notes",
     "bench-profile": "the benchmarks' pytest option (benchmarks/conftest.py), run by the template's own suite",
+    "xla_dump_hlo_as_text": "XLA's own (XLA_FLAGS), in docs/torch-tpu.md's porting notes",
 }
 
 
@@ -100,13 +101,17 @@ def test_contradictory_or_mistyped_values_are_refused_in_one_line(given, message
     assert str(refused.value) == message
 
 
-def test_every_flag_the_readme_names_is_named_by_a_test():
-    """A flag the README offers that no test passes or names is a promise nothing holds."""
-    readme = (PROJECT / "README.md").read_text(encoding="utf-8")
-    flags = set(re.findall(r"(?<![\w-])--([a-z][a-z0-9_-]*[a-z0-9])", readme)) - set(OTHER_TOOLS)
+def documents():
+    return [PROJECT / "README.md", *sorted((PROJECT / "docs").glob("*.md"))]
+
+
+def test_every_flag_the_docs_name_is_named_by_a_test():
+    """A flag the README or docs/ offers that no test passes or names is a promise nothing holds."""
+    docs = "\n".join(path.read_text(encoding="utf-8") for path in documents())
+    flags = set(re.findall(r"(?<![\w-])--([a-z][a-z0-9_-]*[a-z0-9])", docs)) - set(OTHER_TOOLS)
     tests = "\n".join(path.read_text(encoding="utf-8") for path in (PROJECT / "tests").glob("*.py"))
     unnamed = sorted(flag for flag in flags if not re.search(rf"(?<!\w){re.escape(flag)}(?![\w-])", tests))
-    assert not unnamed, f"README.md offers flags no test names: {unnamed}"
+    assert not unnamed, f"README.md or docs/ offer flags no test names: {unnamed}"
 
 
 def defined_classes() -> dict[str, list[str]]:

@@ -182,8 +182,8 @@ def test_a_topology_overrides_the_default(tmp_path):
     assert create[create.index("--tpu-type") + 1] == "v5p-4x4x12"  # xpk's name for a shape other than the default
 
 
-def test_the_readme_command_runs(tmp_path):
-    text = (PROJECT / "README.md").read_text(encoding="utf-8")
+def test_the_documented_command_runs(tmp_path):
+    text = (PROJECT / "docs" / "launchers.md").read_text(encoding="utf-8")
     lines = [line for line in text.replace("\\\n", " ").splitlines() if line.startswith("python scripts/launch_gke.py")]
     assert lines
     for line in lines:

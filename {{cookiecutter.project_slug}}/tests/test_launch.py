@@ -1,6 +1,6 @@
 """Launching: the Accelerate configs, `accelerate launch` on the CPU's XLA device, the pod script, CI.
 
-The README is the contract: the workflows must run the commands it gives, so CI
+The README and docs/ are the contract: the workflows must run the commands they give, so CI
 tests what a newcomer types.
 """
 
@@ -288,12 +288,13 @@ def test_pod_copy_leaves_environments_and_results_behind(tmp_path):
     assert load_pod_script().files_to_copy(tmp_path) == ["configs", "pyproject.toml"]
 
 
-# ---- CI workflows run the README's commands ----------------------------------------------
+# ---- CI workflows run the commands the docs give ------------------------------------------
 
 
 def readme_commands() -> set[tuple[str, ...]]:
-    """Every shell command in the README's bash blocks, as argv tuples (comments dropped)."""
-    text = (PROJECT / "README.md").read_text(encoding="utf-8")
+    """Every shell command in the bash blocks of the README and docs/, as argv tuples (comments dropped)."""
+    documents = [PROJECT / "README.md", *sorted((PROJECT / "docs").glob("*.md"))]
+    text = "\n".join(path.read_text(encoding="utf-8") for path in documents)
     found = set()
     for block in re.findall(r"```(?:bash|sh|shell)\n(.*?)```", text, flags=re.DOTALL):
         for line in block.replace("\\\n", " ").splitlines():
@@ -325,12 +326,12 @@ def test_workflows_are_exactly_the_expected_files():
 
 
 @pytest.mark.parametrize("path", workflow_files(), ids=lambda path: path.name)
-def test_workflow_runs_only_commands_the_readme_gives(path):
+def test_workflow_runs_only_commands_the_docs_give(path):
     readme = readme_commands()
     commands = workflow_commands(path)
     assert ("pip", "install", "-e", ".[xla-cpu,dev]", "-c", "constraints.txt") in commands  # the tested versions
     for argv in commands:
-        assert argv in readme, f"{path.name} runs {shlex.join(argv)!r}, which README.md does not give"
+        assert argv in readme, f"{path.name} runs {shlex.join(argv)!r}, which neither README.md nor docs/ gives"
 
 
 def test_ci_runs_the_fast_tier_on_every_push_and_the_whole_suite_on_pull_requests_and_weekly():

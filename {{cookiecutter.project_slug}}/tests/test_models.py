@@ -4,8 +4,8 @@ Tiny random-weight models of the architectures people bring (built from transfor
 save_pretrained next to the project's demo tokenizer: no hub) train through train.py on the shipped demo files in
 both layouts: data (one device) and fsdp (two SPMD devices). Each must compile its 2 graphs and no more, read the
 device only at the epoch's end, learn (its eval loss below the untrained model's on the host, in float32), learn the
-same in both layouts, and export a folder that from_pretrained loads. The rows are written for the README's Models
-table when MODEL_MATRIX_RESULTS names a folder.
+same in both layouts, and export a folder that from_pretrained loads. The rows are written for the template's
+docs/models.md table when MODEL_MATRIX_RESULTS names a folder.
 
 It compares the layouts, so it runs in an fsdp project (tests/conftest.py); a data project leaves it to that one.
 """

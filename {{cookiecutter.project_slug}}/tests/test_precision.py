@@ -327,8 +327,9 @@ NARROW = {"hidden_size": 64, "intermediate_size": 256, "num_attention_heads": 4,
 
 
 def test_most_of_the_default_models_weights_lose_every_fine_tuning_update_in_pure_bf16():
-    """The README's "most of a model": at 2e-5, the share of the default architecture's weight elements at 2**-7 or
-    more as transformers initializes them (where pretraining starts; no pretrained checkpoint is reachable here)."""
+    """docs/precision.md's "most of a model": at 2e-5, the share of the default architecture's weight elements at
+    2**-7 or more as transformers initializes them (where pretraining starts; no pretrained checkpoint is reachable
+    here)."""
     from transformers import AutoConfig
 
     from {{ cookiecutter.project_slug }}.tasks import task

@@ -122,7 +122,7 @@ def test_max_steps_ends_the_run_inside_an_epoch_and_eval_steps_evaluates_inside_
 @pytest.mark.workers
 @pytest.mark.machinery
 def test_constant_with_warmup_climbs_from_0_to_the_rate_and_stays(tmp_path):
-    """The README's fourth schedule: the rate each optimizer step used, against the rule computed here by hand."""
+    """docs/recipes.md's fourth schedule: the rate each optimizer step used, against the rule computed here by hand."""
     _, _, rates = train_in_workers(tmp_path, 1, *RUN, "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps",
                                    "3")
     assert rates[0] == [2e-5 * (min(step, 3) / 3) for step in range(STEPS)]

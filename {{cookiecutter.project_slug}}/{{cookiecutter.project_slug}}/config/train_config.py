@@ -105,7 +105,7 @@ class TrainConfig:
     warmup_steps: int = field(default=0, metadata={"help": "Optimizer steps of warm-up from 0, instead of --warmup_ratio."})
     step_function: str = field(default="lazy", metadata={"help": f"How a step reaches XLA: {' or '.join(STEP_FUNCTIONS)}. "
         "lazy traces every operation in Python every step; jax traces the whole step once as a JAX function and "
-        "replays it (needs jax, in the tpu and xla-cpu extras; README: Is the chip waiting?)."})
+        "replays it (needs jax, in the tpu and xla-cpu extras; docs/chip-waiting.md)."})
     max_grad_norm: float = field(
         default=1.0, metadata={"help": "Clip the gradients' global norm to this, in the graph (transformers' Trainer's "
                                        "default); 0 turns clipping off."}

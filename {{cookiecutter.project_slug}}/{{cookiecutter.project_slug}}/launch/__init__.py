@@ -3,6 +3,8 @@
   environment.py   whether the installed stack can run as asked (torch and torch_xla paired, libtpu, a TPU)
   hosts.py         which host this is and how many (fsdp on a pod: one process per host)
   processes.py     what the processes of a run agree on: decisions, barriers, sums, one voice for messages
+{%- if cookiecutter.variants != 'script' %}
   launch_guard.py  the check the notebook runs before launching (a device touched too early)
+{%- endif %}
   library_noise.py the library warnings that say nothing to a user, silenced in one place
 """

@@ -157,7 +157,7 @@ def largest_batch(model, recipe: Recipe, chips: int, usable_bytes: int) -> int:
 
 
 # The error the benchmark group "plan against the TPU compiler" holds the estimate to on every row (its largest there,
-# measured 2026-12-06: README, Plan before you pay): a run stops before compiling only when its estimate exceeds the
+# measured 2026-12-06: docs/plan.md): a run stops before compiling only when its estimate exceeds the
 # chip by more than this.
 MEASURED_ERROR = 0.15
 

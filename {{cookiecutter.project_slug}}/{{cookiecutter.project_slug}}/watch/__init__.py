@@ -8,5 +8,7 @@
   flops.py             model FLOPs per token, FLOP/s per chip, and MFU where the chip's peak is known
   step_profile.py      --profile_steps: torch_xla's profiler trace of chosen steps, a callback
   host_tracing.py      the host's seconds per step up to the graph's hand-over, and on a TPU its share of the step
+{%- if cookiecutter.task == 'text-classification' and cookiecutter.include_benchmarks %}
   memory.py            host memory (Pss) summed over a process tree: the shared-model benchmark's instrument
+{%- endif %}
 """

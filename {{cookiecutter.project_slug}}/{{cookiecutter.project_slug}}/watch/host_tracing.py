@@ -3,7 +3,7 @@
 torch_xla records a step lazily: every torch call of the forward, backward and optimizer runs in Python and adds to a
 graph, which is handed to the runtime at the step's sync. A TPU executes that graph while the host traces the next
 step, so a steady step takes at least its tracing. At the default models' real layer counts the plain lazy loop traced
-21-32 times longer than a v5e computes the step (README: "Is the chip waiting?").
+21-32 times longer than a v5e computes the step (docs/chip-waiting.md).
 
 The loop marks a step's phases (loop/step.py) up to the hand-over (training.py, just before the sync); the report gives
 the median over the steady steps (the first ones left out: Python's first calls there import and build caches). The
