@@ -30,7 +30,7 @@ from transformers import BertConfig, BertForSequenceClassification
 
 from {{ cookiecutter.project_slug }}.config import ATTENTION, TrainConfig
 from {{ cookiecutter.project_slug }}.loop.adamw import AdamW
-from {{ cookiecutter.project_slug }}.loop.step import train_step
+from {{ cookiecutter.project_slug }}.loop.step import StepParts, train_step
 from {{ cookiecutter.project_slug }}.models.modeling import make_graph_friendly
 from {{ cookiecutter.project_slug }}.watch import compilations, flops
 from {{ cookiecutter.project_slug }}.watch.host_tracing import FIRST_STEPS_LEFT_OUT, HostTracing
@@ -143,7 +143,7 @@ def one_row(row: str, steps: int) -> dict:
             if row == "plain":
                 _plain_step(model, optimizer, dict(batch), tracing)
             else:
-                train_step(_Accelerator, model, optimizer, scheduler, dict(batch), clip, 1, tracing, whole)
+                train_step(_Accelerator, StepParts(model, optimizer, scheduler, clip, 1, whole), dict(batch), tracing)
             tracing.handed_over()
             devices.discard_traced(device)
         wall = time.perf_counter() - started

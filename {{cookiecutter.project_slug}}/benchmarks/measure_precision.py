@@ -2,7 +2,7 @@
 
 The process sets the mode's XLA variables before its first tensor reaches the
 device, checks the lowered graph, and only then times steady-state steps of the
-project's own `training.train_step`, each wrapped in `torch_xla.sync(wait=True)`.
+project's own `loop/step.py`'s `train_step`, each wrapped in `torch_xla.sync(wait=True)`.
 """
 
 import contextlib
@@ -12,7 +12,7 @@ import time
 import torch
 
 from {{ cookiecutter.project_slug }}.data import batching
-from {{ cookiecutter.project_slug }}.loop import training
+from {{ cookiecutter.project_slug }}.loop.step import StepParts, train_step
 from {{ cookiecutter.project_slug }}.precision import levels as precision
 from {{ cookiecutter.project_slug }}.tasks.text_classification import make_collator
 from {{ cookiecutter.project_slug }}.watch import compilations
@@ -64,7 +64,7 @@ def run_mode(mode: graph_types.Mode, model_name: str, profile: Profile) -> dict:
     def step(batch):
         context = torch.autocast("xla", dtype=torch.bfloat16) if mode.autocast else contextlib.nullcontext()
         with context:
-            return training.train_step(accelerator, model, optimizer, scheduler, batch).loss
+            return train_step(accelerator, StepParts(model, optimizer, scheduler), batch).loss
 
     import torch_xla
 

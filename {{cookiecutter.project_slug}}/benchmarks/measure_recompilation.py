@@ -22,6 +22,7 @@ import torch
 from {{ cookiecutter.project_slug }}.config import TrainConfig
 from {{ cookiecutter.project_slug }}.data import batching
 from {{ cookiecutter.project_slug }}.loop import training
+from {{ cookiecutter.project_slug }}.loop.step import StepParts, train_step
 from {{ cookiecutter.project_slug }}.precision import levels as precision
 from {{ cookiecutter.project_slug }}.tasks.text_classification import make_collator
 from {{ cookiecutter.project_slug }}.watch import compilations
@@ -97,7 +98,7 @@ def eval_cell(cell: Cell, profile: Profile, cache_dir: str | None = None) -> dic
     )
     with compilations.counting_compilations() as trained:
         for _, batch in zip(range(profile.grid_train_steps), workload.forever(train_loader), strict=False):
-            training.train_step(accelerator, model, optimizer, scheduler, batch)
+            train_step(accelerator, StepParts(model, optimizer, scheduler), batch)
             devices.sync(device, wait=True)
     times, eval_graphs, totals = [], [], {}
     for _ in range(profile.eval_rounds):

@@ -22,7 +22,7 @@ import torch_xla.debug.metrics as met
 from transformers import BertConfig, BertForSequenceClassification, Qwen2Config, Qwen2ForCausalLM, get_scheduler
 from {{ cookiecutter.project_slug }}.loop.adamw import AdamW
 from {{ cookiecutter.project_slug }}.loop.optimizers import parameter_groups
-from {{ cookiecutter.project_slug }}.loop.step import train_step
+from {{ cookiecutter.project_slug }}.loop.step import StepParts, train_step
 from {{ cookiecutter.project_slug }}.models.modeling import make_graph_friendly
 from {{ cookiecutter.project_slug }}.xla.jax_step import WholeStep
 
@@ -77,7 +77,7 @@ def train(arch, whole, steps=10, lr=1e-3, dropout=0.0, model=None, max_norm=1.0,
             loss, norm = step(batch)
             scheduler.step()
         else:
-            loss, norm = train_step(accelerator, model, optimizer, scheduler, batch, clip)
+            loss, norm = train_step(accelerator, StepParts(model, optimizer, scheduler, clip), batch)
         torch_xla.sync()
         after = counts()
         compiled.append(after[0] - before[0])

@@ -101,6 +101,28 @@ def test_modules_are_short():
     assert not long, f"modules over {MAX_LINES} lines: {', '.join(long)}"
 
 
+MAX_PARAMETERS = 5  # the loop's functions take a RunContext (loop/context.py), not the same arguments again
+
+
+def parameters(function) -> list[str]:
+    """A function's parameters by name, `self` and `cls` left out."""
+    arguments = function.args
+    named = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg]
+    return [argument.arg for argument in named if argument is not None and argument.arg not in ("self", "cls")]
+
+
+def long_signatures(source: str) -> list[str]:
+    return [f"{node.name}({', '.join(parameters(node))})" for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and len(parameters(node)) > MAX_PARAMETERS]
+
+
+def test_no_function_of_the_loop_takes_more_than_five_parameters():
+    too_long = {path.name: found for path in sorted((PACKAGE / "loop").glob("*.py"))
+                if (found := long_signatures(path.read_text(encoding="utf-8")))}
+    assert too_long == {}
+    assert long_signatures("def f(self, a, b, c, d, e, *, g=1): pass") == ["f(a, b, c, d, e, g)"]  # the check can fail
+
+
 def test_only_the_xla_subpackage_reaches_torch_xla():
     door = PACKAGE / DOOR
     found = [f"{path.relative_to(PROJECT)}:{line}: {name}" for path in modules() if door not in path.parents

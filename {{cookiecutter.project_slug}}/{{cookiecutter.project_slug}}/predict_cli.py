@@ -159,6 +159,7 @@ def run(config: PredictConfig) -> dict:
 
     from .launch import environment, processes
     from .loop import prediction
+    from .loop.context import RunContext
     from .models.modeling import make_graph_friendly
     from .parallel import layout_for
 {%- if cookiecutter.task != "causal-lm" %}
@@ -198,7 +199,8 @@ def run(config: PredictConfig) -> dict:
         if config.generate_on == "device":
             model, precision_figures = at_precision(make_graph_friendly(samples.load_for_generation(config.model)),
                                                     config, accelerator.device)
-        predictions, figures = predict(accelerator, layout, model, tokenizer, list(examples[config.text_column]), config)
+        predictions, figures = predict(RunContext(accelerator, layout, config), model, tokenizer,
+                                       list(examples[config.text_column]))
 {%- else %}
         from .loop.predict_labels import predict
 
@@ -209,7 +211,7 @@ def run(config: PredictConfig) -> dict:
         # default sdpa reads the attention mask back to the host at every batch, a graph of its own on XLA.
         model, precision_figures = at_precision(make_graph_friendly(task.AUTO_MODEL.from_pretrained(config.model)),
                                                 config, accelerator.device)
-        predictions, figures = predict(accelerator, layout, model, tokenizer, rows, config)
+        predictions, figures = predict(RunContext(accelerator, layout, config), model, tokenizer, rows)
 {%- endif %}
     figures.update(precision_figures)
     figures.update(device=str(accelerator.device), processes=accelerator.num_processes,

@@ -1,6 +1,8 @@
 """The training loop and its callbacks: one `training_function` for the script and the notebook, for every layout.
 
-  training.py         training_function, and the loop: fit, train_epoch
+  training.py         training_function: builds a run and hands it to the loop
+  fit.py              the one loop: Loop.fit (epochs), train_epoch, evaluate_now
+  context.py          RunContext: what every part of a run is handed (accelerator, layout, options, precision)
   step.py             train_step: one optimizer step (its micro-batches, clipping, the update)
   evaluation.py       evaluate: the task's metrics summed exactly on the device
   preparation.py      what a run trains with: examples, model, loaders, optimizer, schedule, placed by the layout

@@ -1,6 +1,6 @@
 """The named points of the training loop, and the features that answer them.
 
-The loop (training.py) only trains and evaluates. Everything that watches or interrupts it is an object
+The loop (fit.py) only trains and evaluates. Everything that watches or interrupts it is an object
 that answers some of these points, holding its own state, in the style of Lightning's callbacks:
 
   - checkpoints (fault_tolerance/checkpoint_schedule.py): resume at the start, save when due and after every epoch;

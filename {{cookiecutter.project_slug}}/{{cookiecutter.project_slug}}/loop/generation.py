@@ -8,6 +8,8 @@ every step of every batch. A row that has ended (its end-of-text token) goes on 
 anything back, and a batch's tokens come back to the host once, after its last step.
 """
 
+from typing import NamedTuple
+
 import torch
 
 from ..parallel.fsdp_wrapping import AXIS
@@ -32,15 +34,25 @@ def row_pinning(layout):
     return pin_rows if layout.name == "fsdp" else (lambda tensors: None)
 
 
-def continue_batch(model, model_config, input_ids, attention_mask, new_tokens: int, end_id: int | None, pad_id: int,
-                   temperature: float = 0.0, pin_rows=lambda tensors: None) -> torch.Tensor:
-    """The `new_tokens` tokens after each left-padded prompt of the batch ([batch, new_tokens], on the device):
-    greedy when temperature is 0, else drawn from softmax(logits / temperature) (the Gumbel-max draw, on the
-    device's random generator). After a row's end token, its tokens are `pad_id`. `pin_rows(tensors)`: the layout
+class Decoding(NamedTuple):
+    """How a batch is continued: how many new tokens, which token ends a row and which pads it, and the temperature."""
+    new_tokens: int
+    end_id: int | None
+    pad_id: int
+    temperature: float = 0.0
+
+
+def continue_batch(model, model_config, batch: dict, decoding: Decoding, pin_rows=lambda tensors: None) -> torch.Tensor:
+    """The `new_tokens` tokens after each left-padded prompt of the batch (its `input_ids` and `attention_mask`)
+    ([batch, new_tokens], on the device): greedy when temperature is 0, else drawn from softmax(logits / temperature)
+    (the Gumbel-max draw, on the device's random generator). After a row's end token, its tokens are `pad_id`.
+    `pin_rows(tensors)`: the layout
     keeps the tensors a step hands to the next split by rows (under SPMD the first step would otherwise hand on the
     shardings it propagated, and the second compile a graph of its own)."""
     from transformers import StaticCache
 
+    input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+    new_tokens, end_id, pad_id, temperature = decoding
     batch, length = input_ids.shape
     device = input_ids.device
     cache = StaticCache(config=model_config, max_cache_len=length + new_tokens)  # the last step's token too

@@ -16,11 +16,13 @@ from ..launch import processes
 from ..tasks import samples
 from ..watch.compilations import compile_counts
 from . import generation
+from .context import RunContext
 from .prediction import ROW, graphs_since, in_input_order
 
 
-def predict(accelerator, layout, model, tokenizer, prompts: list[str], config) -> tuple[list[dict], dict]:
+def predict(context: RunContext, model, tokenizer, prompts: list[str]) -> tuple[list[dict], dict]:
     """(each prompt and its continuation, in input order; the run's figures)."""
+    accelerator, layout, config = context.accelerator, context.layout, context.config
     if config.generate_on == "host":
         return _predict_on_host(accelerator, config.model, tokenizer, prompts, config)
     end_id = tokenizer.eos_token_id
@@ -38,13 +40,12 @@ def predict(accelerator, layout, model, tokenizer, prompts: list[str], config) -
     model.eval()
     found, first_batch_graphs, first_batch_traced = [], None, None
     pin_rows = generation.row_pinning(layout)
+    decoding = generation.Decoding(config.max_new_tokens, end_id, pad_id, config.temperature)
     started = time.perf_counter()
     for batch in layout.eval_batches(loader):
         valid, row = batch.pop(batching.VALID), batch.pop(ROW)
         with torch.no_grad():
-            made = generation.continue_batch(model, plain.config, batch["input_ids"], batch["attention_mask"],
-                                             config.max_new_tokens, end_id, pad_id, config.temperature,
-                                             pin_rows)
+            made = generation.continue_batch(model, plain.config, batch, decoding, pin_rows)
         found.append((row, valid, made))  # read back after the last batch: no batch waits for a read
         if first_batch_graphs is None:
             first_batch_graphs, first_batch_traced = compile_counts().compilations, time.perf_counter()

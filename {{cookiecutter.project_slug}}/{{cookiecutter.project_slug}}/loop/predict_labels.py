@@ -14,11 +14,13 @@ from ..data import batching
 from ..tasks import task
 from ..watch.compilations import compile_counts
 from ..xla import device as devices
+from .context import RunContext
 from .prediction import ROW, graphs_since, in_input_order
 
 
-def predict(accelerator, layout, model, tokenizer, examples, config) -> tuple[list[dict], dict]:
+def predict(context: RunContext, model, tokenizer, examples) -> tuple[list[dict], dict]:
     """(each input row's prediction, in input order; the run's figures) for the examples of the input file."""
+    accelerator, layout, config = context.accelerator, context.layout, context.config
     collator = task.make_collator(tokenizer, "fixed", config.max_seq_length)
     loader = batching.eval_loader(examples, collator, config.batch_size, layout.loader_shards(accelerator))
     model, loader = layout.prepare_prediction(accelerator, model, loader)

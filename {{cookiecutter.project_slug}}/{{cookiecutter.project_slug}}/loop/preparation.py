@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..config import DEMO_GLOBAL_BATCH, ConfigError, TrainConfig, step_function
+from ..config import DEMO_GLOBAL_BATCH, ConfigError, step_function
 from ..data import batching
 from ..data.preparation import timed
 from ..launch.processes import main_process_first
@@ -23,6 +23,7 @@ from ..precision import levels as precision
 from ..tasks import task
 from ..xla import device as devices
 from . import optimizers
+from .context import RunContext
 
 
 @dataclass
@@ -56,8 +57,10 @@ class Prepared:
         return self.train_batch_size * self.replicas * self.accumulation
 
 
-def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precision_report, say) -> Prepared:
+def prepare(context: RunContext, model=None) -> Prepared:
     """Load the task's examples, build the model unless one was passed in, and hand everything to the layout."""
+    accelerator, layout, config, demo, say = context.accelerator, context.layout, context.config, context.demo, context.say
+    precision_report = context.precision
     with main_process_first(accelerator):  # the others read what the main process prepared (data/preparation.py)
         examples, seconds, cached = timed(lambda: task.load_examples(config, demo))
     data, tokenizer, train_examples, eval_examples = examples
@@ -137,12 +140,13 @@ def prepare(accelerator, layout, model, config: TrainConfig, demo: bool, precisi
     return Prepared(
         model, optimizer, scheduler, train_loader, eval_loader, tokenizer, data, train_examples, collator,
         steps_per_epoch, batch_size, replicas, accumulation, optimizer_steps, clip,
-        whole_step(accelerator, layout, optimizer, config, precision_report), {"seconds": seconds, "from_cache": cached},
+        whole_step(context, optimizer), {"seconds": seconds, "from_cache": cached},
     )
 
 
-def whole_step(accelerator, layout, optimizer, config: TrainConfig, precision_report):
+def whole_step(context: RunContext, optimizer):
     """--step_function jax: the step as one JAX function over the layout's plain model; None for the lazy step."""
+    accelerator, layout, config = context.accelerator, context.layout, context.config
     if not step_function.takes_whole_step(config):
         return None
     hosts = getattr(getattr(layout, "host", None), "count", 1)  # fsdp spans hosts; data, on several, is refused as processes
@@ -150,5 +154,5 @@ def whole_step(accelerator, layout, optimizer, config: TrainConfig, precision_re
                                                     processes=accelerator.num_processes, hosts=hosts))
     from ..xla.jax_step import WholeStep
 
-    autocast = torch.bfloat16 if precision_report.autocast else None
+    autocast = torch.bfloat16 if context.precision.autocast else None
     return WholeStep(layout.plain_model(accelerator), optimizer, config.max_grad_norm or None, autocast)

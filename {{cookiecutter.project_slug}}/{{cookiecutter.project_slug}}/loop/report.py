@@ -12,6 +12,7 @@ from ..precision import levels as precision
 from ..tasks import task
 from ..watch import flops
 from ..xla.device import device_kind
+from .context import RunContext
 
 {% if cookiecutter.task == "causal-lm" -%}
 TASK_FIELDS = ("steady_tokens_per_second", "train_padding_fraction", "eval_perplexity", "eval_loss",
@@ -27,9 +28,9 @@ FIELDS = (
 )
 
 
-def run_report(accelerator, layout, prepared, run, config, precision_report, watch=None, checkpoints=None,
-               demo=False) -> dict:
+def run_report(context: RunContext, prepared, run, watch=None, checkpoints=None) -> dict:
     """The run's report from its parts (preparation.py), state (run_state.py) and callbacks (callbacks.py)."""
+    accelerator, layout, config, precision_report = context.accelerator, context.layout, context.config, context.precision
     report = {
         "device": device_kind(accelerator.device),
         "distributed_type": str(accelerator.distributed_type.value),
@@ -77,7 +78,7 @@ def run_report(accelerator, layout, prepared, run, config, precision_report, wat
     }
     # The host's share of the step: on a TPU the chip waits while the host traces (watch/host_tracing.py).
     report["host_share_of_step"] = run.tracing.host_share(report["device"], report["steady_step_seconds"])
-    report["config"].update(used_instead(demo, prepared.data.source, report["model"]))
+    report["config"].update(used_instead(context.demo, prepared.data.source, report["model"]))
     report["lora"] = lora.report(config, layout.plain_model(accelerator))
     # Positions per example: one length only with fixed padding (blocks of it, for a language model).
     report["flops"] = flops.utilisation(

@@ -1,6 +1,6 @@
 """One optimizer step: the batch's micro-batches forward and backward, clipping, the update and the schedule.
 
-Kept apart from the epoch loop (training.py) so that the benchmarks time exactly this step. Without gradient
+Kept apart from the epoch loop (fit.py) so that the benchmarks time exactly this step. Without gradient
 accumulation the step is one graph. With --gradient_accumulation_steps N the device runs one micro-batch at a time
 (a sync after each but the last), so that it holds one micro-batch's activations, not the whole step's. Measured
 with XLA's buffer assignment on the CPU, a 128-token demo step: 4 micro-batches of 4 in one graph took 33.1 MiB, as
@@ -30,21 +30,32 @@ class Step(NamedTuple):
 _indices = {}  # (device, N) -> the micro-batches' indices, on the device as data: one graph for every micro-batch
 
 
-def train_step(accelerator, model, optimizer, scheduler, batch, clip=None, accumulation: int = 1, tracing=None,
-               whole_step=None):
-    """One optimizer step over the batch's `accumulation` micro-batches: a Step of their mean loss and the gradients'
-    norm before clipping, both detached and still lazy (the caller decides when to sync).
+class StepParts(NamedTuple):
+    """What one optimizer step uses: preparation.py's Prepared has these same fields, and the benchmarks build one."""
+    model: object
+    optimizer: object
+    scheduler: object
+    clip: object = None  # clips the gradients and returns their norm before clipping (Prepared.clip); None: no clipping
+    accumulation: int = 1  # micro-batches in the step (--gradient_accumulation_steps)
+    whole_step: object = None  # xla/jax_step.py's WholeStep (--step_function jax): the whole step in one call
 
-    Each micro-batch's loss is divided by their number, so that the gradients are those of the mean loss, as one
-    batch of them all would give. `clip()` clips the gradients before the update and returns that norm (Prepared.clip).
-    `whole_step` (xla/jax_step.py's WholeStep, --step_function jax) does all of it in one call; `tracing` times the
-    phases on the host (watch/host_tracing.py).
+
+def train_step(accelerator, parts: StepParts, batch, tracing=None):
+    """One optimizer step over the batch's `parts.accumulation` micro-batches: a Step of their mean loss and the
+    gradients' norm before clipping, both detached and still lazy (the caller decides when to sync).
+
+    `parts` is a StepParts or anything with its fields (Prepared). Each micro-batch's loss is divided by their number,
+    so that the gradients are those of the mean loss, as one batch of them all would give. `parts.clip()` clips the
+    gradients before the update and returns that norm. `parts.whole_step` does all of it in one call; `tracing` times
+    the phases on the host (watch/host_tracing.py).
     """
+    model, optimizer, scheduler, clip, accumulation = (parts.model, parts.optimizer, parts.scheduler, parts.clip,
+                                                       parts.accumulation)
     tracing = tracing or HostTracing()
     tracing.begin()
     batch.pop(VALID, None)
-    if whole_step is not None:
-        loss, grad_norm = whole_step(batch)
+    if parts.whole_step is not None:
+        loss, grad_norm = parts.whole_step(batch)
         scheduler.step()
         tracing.lap("whole_step")
         return Step(loss, grad_norm)

@@ -1,15 +1,14 @@
-"""The training function shared by train.py and the notebook, and the one training loop.
+"""The training function shared by train.py and the notebook: it builds a run and hands it to the one loop (fit.py).
 
 `training_function(model, config)` creates everything device-related itself, so that a notebook can build
 the model in its parent process, touch no device, and hand the model to `notebook_launcher` (the
-shared-model pattern). The loop (`fit`, `train_epoch`, `train_step`, `evaluate`) only trains and evaluates;
-checkpoints, preemption and the graph watch answer its named points (callbacks.py).
+shared-model pattern). It builds the run's context (context.py), parts (preparation.py), state (run_state.py) and
+callbacks (callbacks.py), runs `Loop.fit`, and writes the report (report.py) and the export (export.py).
 """
 
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from ..config import TrainConfig, step_function
 from ..data.batching import shuffle_config
@@ -22,7 +21,6 @@ from ..launch import environment, processes
 from ..launch.hosts import process_label
 from ..parallel import layout_for
 from ..precision import levels as precision
-from ..precision.fixed_point import from_fixed
 from ..tasks import task
 from ..watch import compilations, compile_analysis, curves
 from ..watch.graph_watch import GraphWatch
@@ -33,12 +31,12 @@ from ..xla import device as devices
 from ..xla import runtime as xla_runtime
 from . import collector, export
 from .callbacks import Callbacks
-from .evaluation import evaluate
+from .context import RunContext
+from .fit import Loop
 from .optimizers import takes_python_scalars
 from .preparation import prepare
 from .report import format_table, run_report, write_report
 from .run_state import RunState
-from .step import train_step
 
 
 def training_function(model=None, config: TrainConfig | None = None) -> dict:
@@ -82,8 +80,11 @@ def _training_function(model, config: TrainConfig, lock: run_lock.RunLock) -> di
     set_seed(config.seed)
     processes.quiet_unless_main(accelerator)
     with compilations.counting_compilations() as compiled:
-        precision_report = precision.realise(level, accelerator.device, config.kahan_summation)
-        report, tokenizer, data = _train(accelerator, layout, model, config, precision_report, analysis_file, made_output_dir)
+        context = RunContext(
+            accelerator, layout, config, precision.realise(level, accelerator.device, config.kahan_summation),
+            say=processes.say_once(accelerator), demo=processes.main_process_decides(accelerator, lambda: wants_demo(config)),
+        )
+        report, tokenizer, data = _train(context, model, analysis_file, made_output_dir)
     report.update(
         xla_compilations=compiled["compilations"],
         compile_seconds=compiled["compile_seconds"],
@@ -112,12 +113,12 @@ def _training_function(model, config: TrainConfig, lock: run_lock.RunLock) -> di
     return report
 
 
-def _train(accelerator, layout, model, config: TrainConfig, precision_report, analysis_file, made_output_dir: bool):
+def _train(context: RunContext, model, analysis_file, made_output_dir: bool):
     """(report, tokenizer, data): build the run's parts and state, its callbacks, and fit."""
-    say = processes.say_once(accelerator)
-    demo = processes.main_process_decides(accelerator, lambda: wants_demo(config))
+    accelerator, layout, config, demo, say = context.accelerator, context.layout, context.config, context.demo, context.say
+    precision_report = context.precision
     with output_folder.removed_if_refused(config.output_dir, made_output_dir):
-        parts = prepare(accelerator, layout, model, config, demo, precision_report, say)
+        parts = prepare(context, model)
     run = RunState(parts.steps_per_epoch, parts.global_batch, parts.epochs, parts.optimizer_steps, config.eval_steps)
     guard = LossGuard(accelerator, precision_report.effective, config.resolved_learning_rate(demo), config.output_dir)
     settings = resume.settings_of(config, facts(task.NAME, config, demo, precision_report, parts))
@@ -133,8 +134,8 @@ def _train(accelerator, layout, model, config: TrainConfig, precision_report, an
     # In this order: the watch sees what a checkpoint compiled, a preempted run stops after its checkpoint, and the
     # metrics log and the profile start after a resumed run's step is known.
     callbacks = Callbacks(checkpoints, watch, Preemption(accelerator, checkpoints), metrics, profile)
-    fit(accelerator, parts, run, callbacks, guard, layout, precision.metric_dtype(precision_report), say)
-    report = run_report(accelerator, layout, parts, run, config, precision_report, watch, checkpoints, demo)
+    Loop(context, parts, callbacks, guard).fit(run)
+    report = run_report(context, parts, run, watch, checkpoints)
     if report["host_share_of_step"]["says"].startswith("host-bound"):
         say(report["host_share_of_step"]["says"])
     report["logging"] = metrics.report()
@@ -144,82 +145,3 @@ def _train(accelerator, layout, model, config: TrainConfig, precision_report, an
         report["curves"] = curves.draw(metrics.path, Path(config.output_dir) / curves.CURVES_FILE)
         say(f"curves: {report['curves']}")
     return report, parts.tokenizer, parts.data
-
-
-def fit(accelerator, parts, run: RunState, callbacks, guard: LossGuard, layout, metric_dtype, say) -> None:
-    """The epoch loop: train, evaluate, and let the callbacks act at the end of each step and epoch.
-
-    `guard` (fault_tolerance/loss_guard.py) stops the run at its next read of the device when a loss was not finite.
-    """
-
-    def evaluate_now() -> dict:
-        """The eval set's metrics now (after an epoch, or every --eval_steps), kept in the run's evaluations."""
-        run.evaluation = evaluate(
-            accelerator, parts.model, layout.eval_batches(parts.eval_loader), metric_dtype,
-            on_step=lambda step, batch: callbacks.after_eval_step(run, step, batch),
-        )
-        guard.check_evaluation(run, run.evaluation)  # a NaN stops the run before the epoch's checkpoint
-        callbacks.after_evaluation(run)
-        run.evaluations.append({"epoch": run.epoch + 1, "global_step": run.global_step, **run.evaluation})
-        return run.evaluation
-
-    try:
-        callbacks.on_fit_start(run)  # a resumed run's position comes from its checkpoint here
-        run.first_learning_rate = parts.scheduler.get_last_lr()[0]
-        for epoch in range(run.first_epoch, run.num_epochs):
-            if run.reached_the_end(epoch):  # a resumed run that had reached --max_steps
-                break
-            skip = run.begin_epoch(epoch)
-            batches = layout.train_batches(accelerator, parts.train_loader, epoch, skip)
-            run.train_loss = train_epoch(accelerator, parts, run, batches, callbacks, guard, evaluate_now, say)
-            run.end_training_part(skip)
-            evaluate_now()
-            say(f"epoch {epoch + 1}/{run.num_epochs}: train loss {run.train_loss:.4f}, {task.summary(run.evaluation)}")
-            callbacks.at_epoch_end(run)
-            run.record_compilations()
-    finally:
-        callbacks.on_fit_end(run)
-
-
-def train_epoch(accelerator, parts, run: RunState, batches, callbacks, guard: LossGuard, evaluate_now=None,
-                say=print) -> float:
-    """One epoch's optimizer steps (a resumed epoch's remaining ones, up to --max_steps); returns its mean loss.
-
-    Every --eval_steps optimizer steps, `evaluate_now()` evaluates inside the epoch (not at its last step: the
-    epoch's own evaluation follows).
-    """
-    parts.model.train()
-    guard.begin_epoch(run, run.resumed_loss if run.step else 0)
-    steps = min(len(batches), run.last_step - run.global_step)
-    if steps == 0 < len(batches):  # resumed after the run's last step (--max_steps) inside this epoch: nothing to train
-        batches = ()
-    # The bar is not given the loader: tqdm.auto's bar calls iter() on what it wraps, and each iter() of Accelerate's
-    # XLA loader starts a prefetch thread that may finish the epoch and advance the shuffle's epoch counter before the
-    # real pass starts (another data order in every run). A context: a run stopped mid-epoch ends the bar's line first.
-    bar = tqdm(total=run.step + steps, initial=run.step, desc=f"epoch {run.epoch + 1}/{run.num_epochs}",
-               disable=not processes.is_main(accelerator))
-    with bar:
-        for index, batch in enumerate(batches, start=1):
-            run.last_learning_rate = parts.scheduler.get_last_lr()[0]
-            step = train_step(accelerator, parts.model, parts.optimizer, parts.scheduler, batch, parts.clip,
-                              parts.accumulation, run.tracing, parts.whole_step)
-            guard.add(step.loss)
-            run.grad_norm = step.grad_norm
-            run.after_step()
-            callbacks.before_sync(run)
-            run.tracing.handed_over()
-            devices.sync(accelerator.device)
-            callbacks.after_train_step(run, batch)  # the metrics log hands what it reads to its own thread
-            if run.shown:
-                bar.set_postfix(run.shown, refresh=False)
-            bar.update()
-            if run.eval_steps and run.global_step % run.eval_steps == 0 and index < steps:
-                say(f"step {run.global_step}: {task.summary(evaluate_now())}")
-                parts.model.train()
-            callbacks.at_step_boundary(run)
-            if index == steps < len(batches):  # --max_steps reached inside the epoch
-                # Only then: a loader left before its end skips its last sync, which moves XLA's random seed.
-                break
-    # One transfer per epoch, the loss and the guard's counters together: reading every step would stall the device.
-    total = guard.read(run)
-    return from_fixed(total) / max(run.step * accelerator.num_processes, 1)

@@ -1,6 +1,6 @@
 """Parallelism layouts: where the model, its optimizer state and each batch live, and how a checkpoint is written.
 
-The training loop (loop/training.py) is the same for every layout; it is given one of these and calls the
+The training loop (loop/fit.py) is the same for every layout; it is given one of these and calls the
 same methods whichever it is, those of the written contract `Layout` (layout.py):
 
   - data (data.py): one process per chip, a full replica of the model on each, batches split between
