@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import METRIC, eval_examples, quick, train_in_workers
+from conftest import METRIC, TASK, eval_examples, evaluate_on_cpu, quick, train_in_workers
 
 from {{ cookiecutter.project_slug }}.config import TrainConfig
 
@@ -72,6 +72,12 @@ def test_eval_counts_each_example_once_across_processes(runs, processes):
     report, _, _ = runs(processes)
     # The classifier's 120 eval texts are not a multiple of 2 x 16 nor of 3 x 16: padded rows are masked out.
     assert report["eval_examples_counted"] == eval_examples(64)
+    if TASK != "causal-lm":  # the per-example scores, gathered from every process once: each real row once
+        from {{ cookiecutter.project_slug }}.tasks import task
+
+        _, tokenizer, _, examples = task.load_examples(TrainConfig(demo=True, max_seq_length=64), demo=True)
+        found = evaluate_on_cpu(task.AUTO_MODEL.from_pretrained(report["exported"]), tokenizer, examples, 64)
+        assert report["eval_roc_auc"] == pytest.approx(found["eval_roc_auc"], abs=1e-3)
 
 
 @pytest.mark.parametrize("processes", [2, 3])

@@ -13,24 +13,25 @@ pytestmark = [pytest.mark.xla, pytest.mark.slow, pytest.mark.layout("data")]
 
 REPORT_FIELDS = (
     "device", "distributed_type", "num_processes", "epochs", "train_examples", "steady_examples_per_second",
-    "eval_accuracy", "eval_macro_f1", "eval_confusion_matrix", "eval_examples_counted", "xla_compilations", "compile_seconds", "precision",
+    "eval_accuracy", "eval_macro_f1", "eval_roc_auc", "eval_confusion_matrix", "eval_examples_counted", "xla_compilations", "compile_seconds", "precision",
 )
 EVAL_SET_SIZE = 120  # data/demo/eval.csv
 QUICK_THREE_EPOCHS = quick("--num_epochs", "3", "--mixed_precision", "no")
 
 
-def labelled_apart(exported: str) -> tuple[list[int], list[int]]:
-    """(true labels, predicted labels) of the eval file's rows, labelled apart from the run: the exported model in
-    transformers' own pipeline on the host's CPU, one text at a time and unpadded."""
+def labelled_apart(exported: str) -> tuple[list[int], list[int], list[float]]:
+    """(true labels, predicted labels, label 1's probabilities) of the eval file's rows, labelled apart from the run:
+    the exported model in transformers' own pipeline on the host's CPU, one text at a time and unpadded."""
     from transformers import pipeline
 
     with open(PROJECT / "data" / "demo" / "eval.csv", newline="", encoding="utf-8") as file:
         rows = list(csv.DictReader(file))
     assert len(rows) == EVAL_SET_SIZE
     classify = pipeline("text-classification", model=exported, device="cpu")
-    labels = classify([row["text"] for row in rows], truncation=True, max_length=64)
+    every = classify([row["text"] for row in rows], truncation=True, max_length=64, top_k=None)  # best first
     label_ids = {name: index for index, name in classify.model.config.id2label.items()}
-    return [int(row["label"]) for row in rows], [label_ids[found["label"]] for found in labels]
+    positive = [next(found["score"] for found in each if label_ids[found["label"]] == 1) for each in every]
+    return [int(row["label"]) for row in rows], [label_ids[each[0]["label"]] for each in every], positive
 
 
 def test_compilations_do_not_grow_with_epochs(run_training):
@@ -46,12 +47,17 @@ def test_compilations_do_not_grow_with_epochs(run_training):
     assert report["eval_examples_counted"] == EVAL_SET_SIZE
     # The eval metrics are those of the exported model's labels on the host (float32: every row agrees), computed
     # by scikit-learn: the confusion matrix's counts, the accuracy and macro-F1.
-    from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
+    from sklearn.metrics import accuracy_score, confusion_matrix, f1_score, roc_auc_score
 
-    truth, predicted = labelled_apart(report["exported"])
+    truth, predicted, positive = labelled_apart(report["exported"])
     assert report["eval_confusion_matrix"] == confusion_matrix(truth, predicted, labels=[0, 1]).tolist()
     assert report["eval_accuracy"] == accuracy_score(truth, predicted)
     assert report["eval_macro_f1"] == f1_score(truth, predicted, labels=[0, 1], average="macro", zero_division=0.0)
+    # ROC AUC, from the probabilities each eval graph kept and evaluation read once at its end (no graph of its own:
+    # still 2 below): scikit-learn's on the host's probabilities (which may differ in their last bits: a near tie
+    # may swap one pair, hence not exactly).
+    assert 0 <= report["eval_roc_auc"] <= 1
+    assert report["eval_roc_auc"] == pytest.approx(roc_auc_score(truth, positive), abs=2e-3)
     # Speeds are reported (compared in the benchmarks, never here: a loaded machine would decide such a test).
     assert report["examples_per_second_with_compilation"] > 0 and report["steady_examples_per_second"] > 0
     assert report["steady_step_seconds"] > 0

@@ -177,6 +177,24 @@ def gather_over_processes(accelerator, tensor):
     return accelerator.gather(tensor)
 
 
+def gather_rows_over_processes(accelerator, rows: dict) -> dict:
+    """{name: host tensor of rows} with every process's rows, concatenated in process order; a no-op for one process.
+
+    Accelerate's processes, as sum_over_processes counts them: under SPMD the graph already spans every host's chips
+    and each host holds every row. Gathered as host objects over the host group (gloo: no XLA graph, where a device
+    gather would compile one for each shape), once per evaluation, never per step.
+    """
+    if accelerator.num_processes == 1 or not rows:
+        return rows
+    import torch
+    import torch.distributed as dist
+
+    group = _host_group()
+    parts = [None] * dist.get_world_size(group)
+    dist.all_gather_object(parts, rows, group=group)
+    return {name: torch.cat([part[name] for part in parts]) for name in rows}
+
+
 _HOST_GROUP = []
 
 

@@ -8,14 +8,15 @@ import torch
 
 from ..data import batching
 from ..tasks import task
+from .evaluation import Tally
 
 
 def evaluate_on_host(model, tokenizer, eval_examples, max_seq_length: int, batch_size: int = 16) -> dict:
     collator = task.make_collator(tokenizer, "fixed", max_seq_length)
     model = model.float().eval()
-    counts = 0
+    tally = Tally(torch.device("cpu"))
     for batch in batching.eval_loader(eval_examples, collator, batch_size, 1):
         valid = batch.pop(batching.VALID)
         with torch.no_grad():
-            counts = counts + task.eval_batch(model, batch, valid, torch.float32)
-    return task.metrics(counts.tolist())
+            tally.add(task.eval_batch(model, batch, valid, torch.float32), valid)
+    return task.metrics(*tally.results())

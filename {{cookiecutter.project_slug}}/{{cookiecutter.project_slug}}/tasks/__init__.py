@@ -11,9 +11,14 @@ for every task; a task module gives them:
   build_shape(config)             -> that model from its config alone, on the meta device (plan.py)
   batch_shapes(model, rows, length) -> {name: (shape, dtype)} of a training batch (plan.py)
   default_train_examples(max_seq_length) -> the default data set's training examples in an epoch (plan.py)
-  COUNTS, eval_batch(model, batch, valid, metric_dtype) -> an int64 tensor of one eval batch's COUNTS, on the device
-                                     (the loss among them in fixed_point's units, exact in every precision level)
-  metrics(counts)                 -> the eval_* fields of the report
+  COUNTS, SCORES, eval_batch(model, batch, valid, metric_dtype) -> {name: tensor} of one eval batch, on the device,
+                                     every name of COUNTS and SCORES and no other (loop/evaluation.py checks):
+                                     a COUNT is an int64 sum of any fixed shape (the loss in fixed_point's units,
+                                     exact in every precision level); a SCORE has a row per example of the batch,
+                                     computed by the eval graph (not a batch field as it came), for metrics that are
+                                     not sums (kept on the device, read once after the last batch)
+  metrics(counts, scores)         -> the eval_* fields of the report, from {name: the sum over the eval set} and
+                                     {name: the real examples' rows} (docs/adding-a-metric.md)
   facts(train_examples, collator, config, report) -> task-specific report fields (tokens per second, padding)
   loss_covers(data_format)        -> what the training loss is computed on, in words (console and report)
   after_export(report, tokenizer, data, config) -> adds to the report from the exported model; what to print, or None

@@ -40,6 +40,7 @@ DEMO_SHAPE = {
 # What evaluation sums on the device, all whole numbers (the loss in fixed point; the tokens whose loss was not finite,
 # which stop the run: fault_tolerance/loss_guard.py).
 COUNTS = ("blocks", "tokens", "loss", "non_finite")
+SCORES = ()  # nothing kept per example: every metric here is a sum
 AUTO_MODEL = AutoModelForCausalLM  # what loads an exported model (outputs/model)
 
 
@@ -170,9 +171,8 @@ def default_train_examples(max_seq_length: int) -> int:
     return 2_400_000 // max_seq_length
 
 
-def eval_batch(model, batch, valid, metric_dtype):
-    """(real blocks, predicted tokens, their summed loss in fixed point, non-finite losses) of one batch, on the device.
-
+def eval_batch(model, batch, valid, metric_dtype) -> dict:
+    """One batch's COUNTS by name, on the device: blocks, predicted tokens, their loss in fixed point, non-finite ones.
     Each token's loss is rounded to fixed_point's units before the sum, so that the sum over thousands of
     tokens is exact in every precision level (under XLA_USE_BF16 a float sum would move in steps of tens of
     nats). Masked copies (valid 0) count for nothing.
@@ -186,11 +186,11 @@ def eval_batch(model, batch, valid, metric_dtype):
     ).view(targets.shape)
     counted = (targets != IGNORED).long() * valid.unsqueeze(1)
     fixed, non_finite = finite_to_fixed(per_token)
-    return torch.stack([valid.sum(), counted.sum(), (fixed * counted).sum(), (non_finite * counted).sum()])
+    return {"blocks": valid.sum(), "tokens": counted.sum(), "loss": (fixed * counted).sum(),
+            "non_finite": (non_finite * counted).sum()}
 
 
-def metrics(counts: list) -> dict:
-    counts = dict(zip(COUNTS, counts, strict=True))
+def metrics(counts: dict, scores: dict) -> dict:  # the sums by name (no scores)
     tokens = counts["tokens"]
     loss = from_fixed(counts["loss"]) / tokens if tokens else None
     return {

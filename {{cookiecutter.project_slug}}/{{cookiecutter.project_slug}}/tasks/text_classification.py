@@ -1,10 +1,9 @@
 """Text classification: a label per text (or text pair), measured by accuracy, macro-F1, each label's precision,
-recall and F1, and the confusion matrix, all from whole-number counts summed on the device.
+recall and F1, and the confusion matrix, all from whole-number counts summed on the device; and by ROC AUC, from each
+example's label probabilities, gathered once after the last eval batch.
 
 Each text is tokenized alone and padded to `max_seq_length` (padding="fixed"): one batch shape.
 """
-
-import math
 
 import torch
 from transformers import (
@@ -26,8 +25,10 @@ from ..precision.fixed_point import finite_to_fixed, from_fixed
 NAME = "text-classification"
 DEMO_SHAPE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
 # What evaluation sums on the device, all whole numbers (the loss in fixed point; the examples whose loss was not finite,
-# which stop the run: fault_tolerance/loss_guard.py), then the confusion matrix's num_labels x num_labels cells.
-COUNTS = ("correct", "counted", "loss", "non_finite")
+# which stop the run: fault_tolerance/loss_guard.py; the confusion matrix, num_labels x num_labels, true by predicted).
+COUNTS = ("correct", "counted", "loss", "non_finite", "confusion")
+# What evaluation keeps per example for the metrics that are not sums (ROC AUC): each label's probability, the label.
+SCORES = ("probabilities", "labels")
 AUTO_MODEL = AutoModelForSequenceClassification  # what loads an exported model (outputs/model)
 
 
@@ -166,47 +167,69 @@ def default_train_examples(max_seq_length: int) -> int:
     return 3668
 
 
-def eval_batch(model, batch, valid, metric_dtype):
-    """(correct examples, counted examples, their summed loss in fixed point, non-finite losses, then the confusion
-    matrix's cells, true label by predicted label) of one batch, on the device: one int64 vector of a fixed length.
-
-    Each example's loss is computed in `metric_dtype` and rounded to fixed_point's units before the sum, so
-    the sum is exact in every precision level. Masked copies (valid 0) count for nothing. The confusion matrix is a
-    sum of one-hot outer products: the same shapes at every batch, so it adds no graph.
-    """
+def eval_batch(model, batch, valid, metric_dtype) -> dict:
+    """One batch's COUNTS (int64 sums) and SCORES (a row per example), by name, on the device. Each example's loss
+    is computed in `metric_dtype` and rounded to fixed_point's units before the sum, so the sum is exact in every
+    precision level. Masked copies (valid 0) count for nothing; evaluation drops their scores. The confusion matrix
+    is a sum of one-hot outer products: the same shapes at every batch, so no graph of its own. The labels are kept
+    as int32, a value the graph computes (a SCORE must be: tasks/__init__.py)."""
     logits = model(**batch).logits
     labels, predicted = batch["labels"], logits.argmax(dim=-1)
-    per_example = torch.nn.functional.cross_entropy(logits.to(metric_dtype), labels, reduction="none")
-    hits = (predicted == labels).long() * valid
-    fixed, non_finite = finite_to_fixed(per_example)
+    fixed, non_finite = finite_to_fixed(
+        torch.nn.functional.cross_entropy(logits.to(metric_dtype), labels, reduction="none"))
     classes = logits.shape[-1]
     truth = torch.nn.functional.one_hot(labels, classes) * valid.unsqueeze(1)
     confusion = (truth.unsqueeze(2) * torch.nn.functional.one_hot(predicted, classes).unsqueeze(1)).sum(dim=0)
-    return torch.cat([torch.stack([hits.sum(), valid.sum(), (fixed * valid).sum(), (non_finite * valid).sum()]),
-                      confusion.flatten().long()])
+    return {"correct": ((predicted == labels).long() * valid).sum(), "counted": valid.sum(),
+            "loss": (fixed * valid).sum(), "non_finite": (non_finite * valid).sum(), "confusion": confusion.long(),
+            "probabilities": logits.to(metric_dtype).softmax(dim=-1), "labels": labels.to(torch.int32)}
 
 
-def metrics(counts: list) -> dict:
-    """The eval metrics from the summed counts (eval_batch's vector). Per label: precision, recall and F1 as
-    scikit-learn defines them (a label never predicted, or never present, scores 0); macro-F1 is their mean."""
-    named = dict(zip(COUNTS, counts[: len(COUNTS)], strict=True))
-    cells = counts[len(COUNTS):]
-    classes = math.isqrt(len(cells))
-    confusion = [cells[row * classes:(row + 1) * classes] for row in range(classes)]  # rows: true labels
-    counted = named["counted"]
-    found = {"eval_accuracy": named["correct"] / counted if counted else None,
-             "eval_loss": from_fixed(named["loss"]) / counted if counted else None}
+def metrics(counts: dict, scores: dict) -> dict:
+    """The eval metrics from the summed counts and the real examples' scores, by name. Per label: precision, recall
+    and F1 as scikit-learn's (a label never predicted, or never present, scores 0); macro-F1 their mean."""
+    confusion, counted = counts["confusion"], counts["counted"]  # the confusion's rows: true labels
+    found = {"eval_accuracy": counts["correct"] / counted if counted else None,
+             "eval_loss": from_fixed(counts["loss"]) / counted if counted else None}
     f1s = []
-    for label in range(classes):
+    for label in range(len(confusion)):
         right = confusion[label][label]
         predicted, present = sum(row[label] for row in confusion), sum(confusion[label])
         found[f"eval_precision_{label}"] = right / predicted if predicted else 0.0
         found[f"eval_recall_{label}"] = right / present if present else 0.0
         f1s.append(2 * right / (predicted + present) if predicted + present else 0.0)
         found[f"eval_f1_{label}"] = f1s[-1]
-    found["eval_macro_f1"] = sum(f1s) / classes if classes else None
-    return {**found, "eval_examples_counted": counted, "eval_non_finite_losses": named["non_finite"],
+    found["eval_macro_f1"] = sum(f1s) / len(f1s)
+    found["eval_roc_auc"] = roc_auc(scores["labels"], scores["probabilities"])
+    return {**found, "eval_examples_counted": counted, "eval_non_finite_losses": counts["non_finite"],
             "eval_confusion_matrix": confusion}
+
+
+def roc_auc(labels, probabilities) -> float | None:
+    """As scikit-learn's roc_auc_score(labels, probabilities, multi_class="ovr", average="macro"): two labels, the AUC
+    of label 1's probability; more, the mean of each label's AUC against the rest. A label absent from the eval set
+    (or the only one present) has no AUC: scikit-learn raises; here it is left out of the mean, None if none has one.
+    """
+    labels, probabilities = torch.as_tensor(labels), torch.as_tensor(probabilities, dtype=torch.float64)
+    if probabilities.shape[1] == 2:
+        return _area_under_roc(labels == 1, probabilities[:, 1])
+    areas = [_area_under_roc(labels == label, probabilities[:, label]) for label in range(probabilities.shape[1])]
+    areas = [area for area in areas if area is not None]
+    return sum(areas) / len(areas) if areas else None
+
+
+def _area_under_roc(positive, score) -> float | None:
+    """The chance that a positive outscores a negative, a tie counting half: the ROC curve's area with tied scores as
+    one threshold (scikit-learn's diagonal step). By ranks (Mann-Whitney U): the positives' ranks among all scores,
+    tied ones sharing their mean rank, less those they would have among themselves. None for a score not finite."""
+    positives = int(positive.sum())
+    negatives = positive.numel() - positives
+    if not positives or not negatives or not torch.isfinite(score).all():
+        return None
+    ordered, order = torch.sort(score)
+    _, group, sizes = torch.unique_consecutive(ordered, return_inverse=True, return_counts=True)
+    ranks = (sizes.cumsum(0).to(torch.float64) - (sizes - 1) / 2)[group]  # each tied group's mean rank, from 1
+    return (ranks[positive[order]].sum().item() - positives * (positives + 1) / 2) / (positives * negatives)
 
 
 def summary(evaluation: dict) -> str:

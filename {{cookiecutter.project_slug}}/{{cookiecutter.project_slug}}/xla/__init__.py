@@ -6,7 +6,7 @@ torch_xla call and its torch_tpu counterpart. Nothing here imports torch_xla at 
 the package in its device-free parent process, and the laptop path runs with torch_xla absent.
 
   runtime.py      is torch_xla installed, importable, started; this process's host index; its random seed
-  device.py       the XLA device: its kind, graph cuts (sync), accumulators that do not recompile
+  device.py       the XLA device: its kind, graph cuts (sync), accumulators that do not recompile, reads to the host
   compilation.py  compilation counters, the persistent cache, torch_xla's compilation analysis
   precision.py    the bf16 variables and the check of a lowered graph's element types
   sharding.py     SPMD: the mesh, sharding annotations, FSDPv2's wrapper, the sharded input loader

@@ -1,4 +1,4 @@
-"""The XLA device: which device it is, where a graph is cut, accumulators that do not recompile.
+"""The XLA device: which device it is, where a graph is cut, accumulators that do not recompile, reads to the host.
 
 Nothing here touches an XLA device at import time: the notebook imports it in its device-free parent process.
 """
@@ -83,6 +83,27 @@ def zeros_like(tensor):
         return torch.zeros_like(tensor)
     sharded = sharded_zeros_like(tensor)
     return sharded if sharded is not None else _as_data(torch.zeros(tensor.shape, dtype=tensor.dtype), tensor.device)
+
+
+def readable_later(tensor):
+    """`tensor`, an output of the graph being traced that the host reads after later graphs ran: under SPMD made whole
+    on every chip by that same graph (replicated), else as it is. On several hosts a shard on another host's chip cannot
+    be read, and gathering it after the loop would be a graph of its own. It must be computed by the graph: a batch's
+    field as the loader sent it is data, whose sharding would be replaced through the host."""
+    if uses_xla(tensor.device):
+        replicate_under_spmd(tensor)
+    return tensor
+
+
+def to_host(tensors: list) -> list:
+    """The tensors on the host's CPU, all in one transfer (torch_xla's batched read; `.tolist()` on each would be a
+    transfer each). Tensors already computed move without a compilation."""
+    tensors = list(tensors)
+    if tensors and uses_xla(tensors[0].device):
+        import torch_xla
+
+        return torch_xla._XLAC._xla_get_cpu_tensors(tensors)
+    return [tensor.cpu() for tensor in tensors]
 
 
 def memory_per_chip(device) -> int | None:
