@@ -18,7 +18,7 @@ from .context import RunContext
 TASK_FIELDS = ("steady_tokens_per_second", "train_padding_fraction", "eval_perplexity", "eval_loss",
                "eval_examples_counted", "eval_tokens_counted")
 {%- else -%}
-TASK_FIELDS = ("eval_accuracy", "eval_macro_f1", "eval_loss", "eval_examples_counted")
+TASK_FIELDS = ("eval_accuracy", "eval_macro_f1", "eval_roc_auc", "eval_loss", "eval_examples_counted")
 {%- endif %}
 FIELDS = (
     "device", "distributed_type", "num_processes", "epochs", "train_examples", "train_batch", "steady_examples_per_second",
