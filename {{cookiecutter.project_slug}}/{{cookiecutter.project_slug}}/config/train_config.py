@@ -77,6 +77,12 @@ class TrainConfig:
         "epoch if need be: the schedule and the checkpoints follow it, and --num_epochs becomes a maximum."})
     eval_steps: int | None = field(default=None, metadata={"help": "Also evaluate every this many optimizer steps, "
         "inside epochs (the one eval graph). Default: after each epoch only."})
+    metric_for_best_model: str = field(default="loss", metadata={"help": "The eval metric that picks the best evaluation: "
+        "{{ 'loss or perplexity, lower is better' if cookiecutter.task == 'causal-lm' else 'loss (lower is better), accuracy or macro_f1 (higher)' }}; the eval_ prefix is allowed."})
+    load_best_model_at_end: bool = switch(False, "Export the best evaluation's weights, not the last (each better one's "
+        "are written to OUTPUT_DIR/best-model).")
+    early_stopping_patience: int | None = field(default=None, metadata={"help": "End the run after this many evaluations "
+        "in a row that do not improve --metric_for_best_model. Default: never."})
     logging_steps: int = field(default=10, metadata={"help": "Every this many optimizer steps, log loss, learning rate, "
         "gradient norm and speed per chip (read on a thread of its own) to OUTPUT_DIR/metrics.jsonl and --report_to. 0: none."})
     report_to: str = field(default="tensorboard", metadata={"help": f"Where the logs also go (Accelerate's trackers): "

@@ -36,6 +36,7 @@ from ..xla import compilation as xla_compilation
 from ..xla import device as devices
 from ..xla import runtime as xla_runtime
 from . import collector, export
+from .best_model import BestModel
 from .callbacks import Callbacks
 from .evaluation import evaluate
 from .optimizers import takes_python_scalars
@@ -143,13 +144,15 @@ def _train(accelerator, layout, model, config: TrainConfig, precision_report, an
     elif config.profile_steps and processes.is_main(accelerator):
         profile = StepProfile(config.profile_steps, config.output_dir, accelerator.device)
     # In this order: the watch sees what a checkpoint compiled, a preempted run stops after its checkpoint, and the
-    # metrics log and the profile start after a resumed run's step is known.
-    callbacks = Callbacks(checkpoints, watch, Preemption(accelerator, checkpoints), metrics, profile)
+    # metrics log, the profile and the best model start after a resumed run's step and best evaluation are known.
+    best = BestModel(accelerator, layout, config, say)
+    callbacks = Callbacks(checkpoints, watch, Preemption(accelerator, checkpoints), metrics, profile, best)
     fit(accelerator, parts, run, callbacks, guard, layout, precision.metric_dtype(precision_report), say)
     report = run_report(accelerator, layout, parts, run, config, precision_report, watch, checkpoints, demo)
     if report["host_share_of_step"]["says"].startswith("host-bound"):
         say(report["host_share_of_step"]["says"])
     report["logging"] = metrics.report()
+    report.update(best.report(run))
     report["profile"] = profile.report() if profile else None
     if processes.is_main(accelerator):
         # The whole run's picture, resumed parts included: drawn from metrics.jsonl.
@@ -179,13 +182,14 @@ def fit(accelerator, parts, run: RunState, callbacks, guard: LossGuard, layout, 
         callbacks.on_fit_start(run)  # a resumed run's position comes from its checkpoint here
         run.first_learning_rate = parts.scheduler.get_last_lr()[0]
         for epoch in range(run.first_epoch, run.num_epochs):
-            if run.reached_the_end(epoch):  # a resumed run that had reached --max_steps
+            if run.reached_the_end(epoch) or run.stop_reason:  # resumed after --max_steps or an early stop
                 break
             skip = run.begin_epoch(epoch)
             batches = layout.train_batches(accelerator, parts.train_loader, epoch, skip)
             run.train_loss = train_epoch(accelerator, parts, run, batches, callbacks, guard, evaluate_now, say)
             run.end_training_part(skip)
-            evaluate_now()
+            if not run.stop_reason:  # else an --eval_steps evaluation stopped it: the weights are the ones it evaluated
+                evaluate_now()
             say(f"epoch {epoch + 1}/{run.num_epochs}: train loss {run.train_loss:.4f}, {task.summary(run.evaluation)}")
             callbacks.at_epoch_end(run)
             run.record_compilations()
@@ -229,7 +233,7 @@ def train_epoch(accelerator, parts, run: RunState, batches, callbacks, guard: Lo
                 say(f"step {run.global_step}: {task.summary(evaluate_now())}")
                 parts.model.train()
             callbacks.at_step_boundary(run)
-            if index == steps < len(batches):  # --max_steps reached inside the epoch
+            if index == steps < len(batches) or run.stop_reason:  # --max_steps reached inside the epoch, or a stop
                 # Only then: a loader left before its end skips its last sync, which moves XLA's random seed.
                 break
     # One transfer per epoch, the loss and the guard's counters together: reading every step would stall the device.
