@@ -105,17 +105,14 @@ class TrainConfig:
         metadata={"help": f"How the learning rate moves over the optimizer steps: {', '.join(SCHEDULES)} (transformers' "
                           "get_scheduler; the linear and cosine ones decay to 0). No value of it compiles a graph."},
     )
-    warmup_ratio: float = field(
-        default=0.0, metadata={"help": "The fraction of the optimizer steps over which the rate rises from 0 (0 to <1)."}
-    )
+    warmup_ratio: float = field(default=0.0, metadata={"help": "The fraction of the optimizer steps over which the "
+                                "rate rises from 0 (0 to <1)."})
     warmup_steps: int = field(default=0, metadata={"help": "Optimizer steps of warm-up from 0, instead of --warmup_ratio."})
     step_function: str = field(default="lazy", metadata={"help": f"How a step reaches XLA: {' or '.join(STEP_FUNCTIONS)}. "
         "lazy traces every operation in Python every step; jax traces the whole step once as a JAX function and "
         "replays it (needs jax, in the tpu and xla-cpu extras; README: Is the chip waiting?)."})
-    max_grad_norm: float = field(
-        default=1.0, metadata={"help": "Clip the gradients' global norm to this, in the graph (transformers' Trainer's "
-                                       "default); 0 turns clipping off."}
-    )
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Clip the gradients' global norm to this, in the "
+                                 "graph (transformers' Trainer's default); 0 turns clipping off."})
     seed: int = field(default=42, metadata={"help": "Seeds the model's initialisation, the shuffle and dropout."})
     mixed_precision: str | None = field(
         default=None,
@@ -141,12 +138,10 @@ class TrainConfig:
     overwrite_output_dir: bool = switch(False, "Start over in an output_dir an earlier run used: remove its checkpoints, "
                                         "model, metrics, report and curves first. Without it (or resume), such a folder is refused.")
     checkpoint: bool = switch(True, "Save checkpoints: after every epoch, and as save_steps and save_minutes say.")
-    save_steps: int | None = field(
-        default=None, metadata={"help": "Also save a checkpoint every this many optimizer steps. Default: only after epochs."}
-    )
-    save_minutes: float | None = field(
-        default=None, metadata={"help": "Also save a checkpoint when this many minutes passed since the last one."}
-    )
+    save_steps: int | None = field(default=None, metadata={"help": "Also save a checkpoint every this many optimizer "
+                                   "steps. Default: only after epochs."})
+    save_minutes: float | None = field(default=None, metadata={"help": "Also save a checkpoint when this many minutes "
+                                       "passed since the last one."})
     keep_checkpoints: int = field(default=2, metadata={"help": "How many of the newest checkpoints to keep."})
     compilation_cache: bool = switch(
         False, "Write PyTorch/XLA's persistent compilation cache to OUTPUT_DIR/xla-cache. Off by default: torch_xla "

@@ -35,8 +35,7 @@ from ..watch.step_profile import StepProfile
 from ..xla import compilation as xla_compilation
 from ..xla import device as devices
 from ..xla import runtime as xla_runtime
-from . import collector, export
-from .best_model import BestModel
+from . import best_model, collector, export
 from .callbacks import Callbacks
 from .evaluation import evaluate
 from .optimizers import takes_python_scalars
@@ -145,15 +144,13 @@ def _train(accelerator, layout, model, config: TrainConfig, precision_report, an
         profile = StepProfile(config.profile_steps, config.output_dir, accelerator.device)
     # In this order: the watch sees what a checkpoint compiled, a preempted run stops after its checkpoint, and the
     # metrics log, the profile and the best model start after a resumed run's step and best evaluation are known.
-    best = BestModel(accelerator, layout, config, say)
+    best = best_model.BestModel(accelerator, layout, config, say)
     callbacks = Callbacks(checkpoints, watch, Preemption(accelerator, checkpoints), metrics, profile, best)
     fit(accelerator, parts, run, callbacks, guard, layout, precision.metric_dtype(precision_report), say)
     report = run_report(accelerator, layout, parts, run, config, precision_report, watch, checkpoints, demo)
     if report["host_share_of_step"]["says"].startswith("host-bound"):
         say(report["host_share_of_step"]["says"])
-    report["logging"] = metrics.report()
-    report.update(best.report(run))
-    report["profile"] = profile.report() if profile else None
+    report.update(logging=metrics.report(), profile=profile.report() if profile else None, **best.report(run))
     if processes.is_main(accelerator):
         # The whole run's picture, resumed parts included: drawn from metrics.jsonl.
         report["curves"] = curves.draw(metrics.path, Path(config.output_dir) / curves.CURVES_FILE)
