@@ -17,7 +17,8 @@ BOOLEAN_OPTIONS = [field.name for field in dataclasses.fields(TrainConfig) if fi
 
 def test_the_boolean_options_are_the_expected_ones():
     assert sorted(BOOLEAN_OPTIONS) == [
-        "checkpoint", "compilation_cache", "demo", "export", "gradient_checkpointing", "kahan_summation", "merge_lora",
+        "checkpoint", "compilation_cache", "demo", "export", "gradient_checkpointing", "kahan_summation", "load_best_model_at_end",
+        "merge_lora",
         "overwrite_output_dir", "resume",{% if cookiecutter.task == "causal-lm" %} "streaming",{% endif %} "watch_compilations",
     ]
 
@@ -94,6 +95,14 @@ OTHER_TOOLS = {
                                "(1 <= A <= B), or A alone"),
     ({"resume": True, "overwrite_output_dir": True}, "resume=True and overwrite_output_dir=True: give one of the two "
                                                      "(continue the earlier run, or remove it)"),
+    # The best model and early stopping (loop/best_model.py): the task's metrics, a count, evaluations to compare.
+    ({"metric_for_best_model": "f1"}, "metric_for_best_model='f1': must be one of "
+     "{{ 'loss, perplexity' if cookiecutter.task == 'causal-lm' else 'loss, accuracy, macro_f1, roc_auc' }} (eval_ prefix allowed)"),
+    ({"early_stopping_patience": 0}, "early_stopping_patience=0: must be a positive whole number (evaluations)"),
+    ({"early_stopping_patience": 2, "num_epochs": 1}, "early_stopping_patience=2: the run evaluates once (num_epochs=1, "
+     "no eval_steps), so nothing is compared: give --eval_steps or more --num_epochs"),
+    ({"load_best_model_at_end": True, "export": False}, "load_best_model_at_end=True: the best weights are kept for the "
+     "export; it needs export=true"),
 ])
 def test_contradictory_or_mistyped_values_are_refused_in_one_line(given, message):
     with pytest.raises(ConfigError) as refused:

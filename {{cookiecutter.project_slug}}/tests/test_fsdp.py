@@ -34,6 +34,9 @@ RUN = ["--demo", "true", "--max_seq_length", "64", "--num_epochs", "2", "--mixed
 ONE_DEVICE = ["--parallelism", "data", "--train_batch_size", "16", "--eval_batch_size", "64", "--checkpoint", "false",
               "--export", "false"]
 FOUR_DEVICES = ["--parallelism", "fsdp", "--train_batch_size", "4", "--eval_batch_size", "16", "--save_steps", "5"]
+# The sharded run that exports keeps its best evaluation's weights (loop/best_model.py: put together on the host from
+# the shards during the run) and exports them: no graph more, and the same weights after a kill and a resume.
+EXPORTING = [*FOUR_DEVICES, "--load_best_model_at_end", "true"]
 DEVICES = 4
 
 
@@ -51,7 +54,7 @@ def one_device(tmp_path_factory):
 @pytest.fixture(scope="module")
 def four_devices(tmp_path_factory):
     folder = tmp_path_factory.mktemp("fsdp-4")
-    report, result, losses = train_recording_losses(folder, *RUN, *FOUR_DEVICES, env=run_env(DEVICES))
+    report, result, losses = train_recording_losses(folder, *RUN, *EXPORTING, env=run_env(DEVICES))
     return report, result, losses, folder / "outputs"
 
 
@@ -112,7 +115,7 @@ def test_sharding_adds_no_graph_and_epochs_add_none(one_device, four_devices):
 def test_sigkill_and_resume_end_with_the_uninterrupted_weights_and_metrics(tmp_path, four_devices):
     uninterrupted, _, _, uninterrupted_output = four_devices
     output = tmp_path / "outputs"
-    command = python_command("--output_dir", str(output), *RUN, *FOUR_DEVICES)
+    command = python_command("--output_dir", str(output), *RUN, *EXPORTING)
     stderr = tmp_path / "killed.stderr"
     process = start(command, run_env(DEVICES), tmp_path / "killed.stdout", stderr)
     latest = output / "checkpoints" / "LATEST"
@@ -126,7 +129,7 @@ def test_sigkill_and_resume_end_with_the_uninterrupted_weights_and_metrics(tmp_p
     assert process.returncode == -signal.SIGKILL
     assert (output / "checkpoints" / "step-5" / "sharded" / ".metadata").is_file()  # torch.distributed.checkpoint
 
-    resumed, result = train(tmp_path, *RUN, *FOUR_DEVICES, "--resume", env=run_env(DEVICES))
+    resumed, result = train(tmp_path, *RUN, *EXPORTING, "--resume", env=run_env(DEVICES))
     assert "resume: continuing after epoch 0, step 5 of epoch 1" in result.stdout
     for key in (METRIC, "eval_loss", "eval_examples_counted"):
         assert resumed[key] == uninterrupted[key], key
@@ -156,17 +159,21 @@ def test_the_export_loads_with_from_pretrained_off_xla_and_evaluates_to_the_run_
 
     report, _, _, output = four_devices
     assert report["exported"] == str(output / "model")
+    best = report["best_model"]
+    assert best["kept_writes"] >= 1 and best["exported"]["global_step"] == best["best"]["global_step"]
+    assert best["exported"]["epoch"] == min(report["evaluations"], key=lambda found: found["eval_loss"])["epoch"]
+    exported = best["exported"]["evaluation"]  # the metrics of the weights exported
     model = task.AUTO_MODEL.from_pretrained(output / "model").eval()
     assert not any("_orig_module" in name for name in model.state_dict())
     config = TrainConfig(demo=True, max_seq_length=64)
     _, tokenizer, _, eval_examples = task.load_examples(config, demo=True)
     assert AutoTokenizer.from_pretrained(output / "model").get_vocab() == tokenizer.get_vocab()
     found = evaluate_on_cpu(model, tokenizer, eval_examples, 64)
-    assert found["eval_examples_counted"] == report["eval_examples_counted"]
-    assert found["eval_loss"] == pytest.approx(report["eval_loss"], abs=1e-4)
+    assert found["eval_examples_counted"] == exported["eval_examples_counted"]
+    assert found["eval_loss"] == pytest.approx(exported["eval_loss"], abs=1e-4)
     if TASK == "text-classification":
-        assert found["eval_accuracy"] == report["eval_accuracy"]
-        assert found["eval_roc_auc"] == pytest.approx(report["eval_roc_auc"], abs=2e-3)  # each real row once
+        assert found["eval_accuracy"] == exported["eval_accuracy"]
+        assert found["eval_roc_auc"] == pytest.approx(exported["eval_roc_auc"], abs=2e-3)  # each real row once
 
 
 @pytest.mark.xla

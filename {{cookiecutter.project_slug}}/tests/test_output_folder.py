@@ -14,6 +14,8 @@ def an_earlier_run(output):
     (output / "checkpoints" / "epoch-3").mkdir(parents=True)
     (output / "checkpoints" / "epoch-3" / "progress.json").write_text("{}")
     (output / "metrics.jsonl").write_text(json.dumps({"step": 90, "loss": 0.1}) + "\n")
+    (output / "best-model").mkdir()  # its best evaluation's weights (--load_best_model_at_end)
+    (output / "best-model" / "weights.pt").write_bytes(b"weights")
     return {path: path.read_bytes() for path in output.rglob("*") if path.is_file()}
 
 
@@ -45,6 +47,7 @@ def test_overwrite_output_dir_starts_over(tmp_path):
     logged = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
     assert logged and all(line["step"] != 90 for line in logged)
     assert json.loads((output / "report.json").read_text())["epochs"] == 1
+    assert not (output / "best-model").exists()  # an earlier run's best weights are no export of this one
 
 
 @pytest.mark.slow

@@ -118,3 +118,42 @@ def test_plain_cpu_without_torch_xla(run_training, level):
     assert report["precision"]["autocast"] is (level == "bf16")
     if level == "bf16":
         assert report["precision"]["via"] == "torch.autocast(cpu, bfloat16) around the forward"
+
+
+# Evaluated every 2 of the 18 steps at a rate that makes the demo's eval loss best early and worse after (measured:
+# best at step 6 of epoch 1, then 3 evaluations without improvement, so the run stops at step 12 in epoch 2).
+BEST_AND_STOP = quick("--num_epochs", "3", "--mixed_precision", "no", "--eval_steps", "2", "--learning_rate", "3e-3",
+                      "--load_best_model_at_end", "true", "--early_stopping_patience", "3")
+
+
+def test_the_best_evaluation_is_exported_and_patience_ends_the_run(run_training):
+    """--load_best_model_at_end exports the best evaluation's weights (their labels on the host are its counts, not the
+    last evaluation's), --early_stopping_patience ends the run where the evaluations say, no graph is added, and a
+    resume of the stopped run ends at once with the same export."""
+    report, result = run_training(*BEST_AND_STOP)
+    losses = [evaluation["eval_loss"] for evaluation in report["evaluations"]]
+    best = min(range(len(losses)), key=losses.__getitem__)  # the first of the lowest: a tie is no improvement
+    assert len(losses) - 1 - best == 3 and all(loss >= losses[best] for loss in losses[best + 1:])
+    stopped_at = report["evaluations"][-1]["global_step"]
+    assert stopped_at < report["learning_rate"]["optimizer_steps"]  # it did stop early
+    assert report["early_stopping"] | {"why": None} == {
+        "patience": 3, "stopped": True, "epoch": report["evaluations"][-1]["epoch"], "global_step": stopped_at,
+        "evaluations_without_improvement": 3, "why": None}
+    assert f"early stopping at epoch {report['early_stopping']['epoch']}, step {stopped_at}: eval_loss did not " \
+           f"improve on {losses[best]:.4f}" in result.stdout
+    exported = report["best_model"]["exported"]
+    assert exported["global_step"] == report["evaluations"][best]["global_step"] == report["best_model"]["best"]["global_step"]
+    assert exported["evaluation"]["eval_loss"] == losses[best]
+    truth, predicted = labelled_apart(report["exported"])
+    from sklearn.metrics import confusion_matrix
+
+    found = confusion_matrix(truth, predicted, labels=[0, 1]).tolist()
+    assert found == exported["evaluation"]["eval_confusion_matrix"] != report["eval_confusion_matrix"]
+    assert report["xla_compilations"] == 2 and report["recompilations"] == 0  # keeping the best compiled nothing
+    assert report["best_model"]["kept_writes"] == 1 + sum(
+        loss < min(losses[:index]) for index, loss in enumerate(losses) if index)
+    # The checkpoint written where it stopped holds the best record: the resume trains nothing and exports the same.
+    resumed, result = run_training(*BEST_AND_STOP, "--resume", "true")
+    assert resumed["evaluations"] == [] and resumed["best_model"]["exported"] == exported
+    assert "(a resume of a run that had stopped)" in result.stdout
+    assert labelled_apart(resumed["exported"])[1] == predicted

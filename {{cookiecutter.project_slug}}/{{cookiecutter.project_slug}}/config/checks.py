@@ -2,6 +2,7 @@
 
 from . import step_function
 from .defaults import (
+    BEST_METRICS,
     OPTIMIZERS,
     PADDING_MODES,
     PARALLELISMS,
@@ -70,6 +71,7 @@ def check(config) -> None:
     if config.kahan_summation and config.optim != "adamw":
         raise ConfigError(f"kahan_summation=True is for optim='adamw' (optimi's AdamW), not optim={config.optim!r}")
     _check_schedule(config)
+    _check_best_model(config)
     _check_lora(config)
     step_function.check(config)  # and what the JAX step cannot do: config/step_function.py
 
@@ -110,3 +112,18 @@ def _check_schedule(config) -> None:
         raise ConfigError(f"warmup_steps={config.warmup_steps} and warmup_ratio={config.warmup_ratio}: give one of the two")
     if config.lr_scheduler_type == "constant" and (config.warmup_steps or config.warmup_ratio):
         raise ConfigError("lr_scheduler_type='constant' has no warm-up: use constant_with_warmup, or leave the warm-up out")
+
+
+def _check_best_model(config) -> None:
+    name = config.metric_for_best_model
+    if not isinstance(name, str) or name.removeprefix("eval_") not in BEST_METRICS:
+        raise ConfigError(f"metric_for_best_model={config.metric_for_best_model!r}: must be one of "
+                          f"{', '.join(BEST_METRICS)} (eval_ prefix allowed)")
+    if config.load_best_model_at_end and not config.export:
+        raise ConfigError("load_best_model_at_end=True: the best weights are kept for the export; it needs export=true")
+    patience = config.early_stopping_patience
+    if patience is not None and not _whole(patience, least=1):
+        raise ConfigError(f"early_stopping_patience={patience!r}: must be a positive whole number (evaluations)")
+    if patience is not None and config.num_epochs == 1 and config.eval_steps is None:
+        raise ConfigError(f"early_stopping_patience={patience}: the run evaluates once (num_epochs=1, no eval_steps), "
+                          "so nothing is compared: give --eval_steps or more --num_epochs")

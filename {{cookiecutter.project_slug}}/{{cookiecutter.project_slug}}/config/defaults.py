@@ -30,6 +30,13 @@ OPTIMIZERS = ("adamw", "adafactor")
 # How a training step reaches XLA (loop/step.py): traced op by op every step (lazy), or one JAX function traced once
 # (jax: xla/jax_step.py, needs jax; the default AdamW without accumulation, one process per host).
 STEP_FUNCTIONS = ("lazy", "jax")
+# --metric_for_best_model: the eval metrics a best evaluation is chosen by (eval_ prefix allowed), each with whether a
+# greater value is better (transformers derives it from a name ending in "loss"; a perplexity is lower-is-better too).
+{%- if cookiecutter.task == "causal-lm" %}
+BEST_METRICS = {"loss": False, "perplexity": False}
+{%- else %}
+BEST_METRICS = {"loss": False, "accuracy": True, "macro_f1": True, "roc_auc": True}
+{%- endif %}
 TRACKERS = ("tensorboard", "wandb", "trackio", "none")  # --report_to: Accelerate's trackers of these names
 # A from-scratch model learns the demo at a much higher rate than a pretrained one is fine-tuned at.
 DEMO_LEARNING_RATE = 1e-3

@@ -77,6 +77,12 @@ class TrainConfig:
         "epoch if need be: the schedule and the checkpoints follow it, and --num_epochs becomes a maximum."})
     eval_steps: int | None = field(default=None, metadata={"help": "Also evaluate every this many optimizer steps, "
         "inside epochs (the one eval graph). Default: after each epoch only."})
+    metric_for_best_model: str = field(default="loss", metadata={"help": "The eval metric that picks the best evaluation: "
+        "{{ 'loss or perplexity, lower is better' if cookiecutter.task == 'causal-lm' else 'loss (lower is better), accuracy or macro_f1 (higher)' }}; the eval_ prefix is allowed."})
+    load_best_model_at_end: bool = switch(False, "Export the best evaluation's weights, not the last (each better one's "
+        "are written to OUTPUT_DIR/best-model).")
+    early_stopping_patience: int | None = field(default=None, metadata={"help": "End the run after this many evaluations "
+        "in a row that do not improve --metric_for_best_model. Default: never."})
     logging_steps: int = field(default=10, metadata={"help": "Every this many optimizer steps, log loss, learning rate, "
         "gradient norm and speed per chip (read on a thread of its own) to OUTPUT_DIR/metrics.jsonl and --report_to. 0: none."})
     report_to: str = field(default="tensorboard", metadata={"help": f"Where the logs also go (Accelerate's trackers): "
@@ -99,9 +105,8 @@ class TrainConfig:
         metadata={"help": f"How the learning rate moves over the optimizer steps: {', '.join(SCHEDULES)} (transformers' "
                           "get_scheduler; the linear and cosine ones decay to 0). No value of it compiles a graph."},
     )
-    warmup_ratio: float = field(
-        default=0.0, metadata={"help": "The fraction of the optimizer steps over which the rate rises from 0 (0 to <1)."}
-    )
+    warmup_ratio: float = field(default=0.0, metadata={"help": "The fraction of the optimizer steps over which the "
+                                "rate rises from 0 (0 to <1)."})
     warmup_steps: int = field(default=0, metadata={"help": "Optimizer steps of warm-up from 0, instead of --warmup_ratio."})
     step_function: str = field(default="lazy", metadata={"help": f"How a step reaches XLA: {' or '.join(STEP_FUNCTIONS)}. "
         "lazy traces every operation in Python every step; jax traces the whole step once as a JAX function and "
@@ -135,12 +140,10 @@ class TrainConfig:
     overwrite_output_dir: bool = switch(False, "Start over in an output_dir an earlier run used: remove its checkpoints, "
                                         "model, metrics, report and curves first. Without it (or resume), such a folder is refused.")
     checkpoint: bool = switch(True, "Save checkpoints: after every epoch, and as save_steps and save_minutes say.")
-    save_steps: int | None = field(
-        default=None, metadata={"help": "Also save a checkpoint every this many optimizer steps. Default: only after epochs."}
-    )
-    save_minutes: float | None = field(
-        default=None, metadata={"help": "Also save a checkpoint when this many minutes passed since the last one."}
-    )
+    save_steps: int | None = field(default=None, metadata={"help": "Also save a checkpoint every this many optimizer "
+                                   "steps. Default: only after epochs."})
+    save_minutes: float | None = field(default=None, metadata={"help": "Also save a checkpoint when this many minutes "
+                                       "passed since the last one."})
     keep_checkpoints: int = field(default=2, metadata={"help": "How many of the newest checkpoints to keep."})
     compilation_cache: bool = switch(
         False, "Write PyTorch/XLA's persistent compilation cache to OUTPUT_DIR/xla-cache. Off by default: torch_xla "

@@ -18,7 +18,7 @@ from .run_lock import RunLock, first_process
 # (xla-compilations/) and cache (xla-cache/) are not a run's results: each run writes its own log afresh.
 EARLIER_RUN = ("checkpoints", "metrics.jsonl", "report.json", "model")  # checkpoints: checkpointing.checkpoint_root
 # What --overwrite_output_dir removes: every result of a run.
-RUN_OUTPUTS = (*EARLIER_RUN, "model-merged", "curves.png", "confusion.png", "tensorboard", "profile")
+RUN_OUTPUTS = (*EARLIER_RUN, "model-merged", "best-model", "curves.png", "confusion.png", "tensorboard", "profile")
 
 
 def claim(config, lock: RunLock) -> bool:

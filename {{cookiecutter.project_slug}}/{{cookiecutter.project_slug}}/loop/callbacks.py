@@ -8,6 +8,7 @@ that answers some of these points, holding its own state, in the style of Lightn
   - preemption (fault_tolerance/preemption.py): on SIGTERM or Ctrl-C, save at the next step boundary and stop;
   - the metrics log (watch/metrics_log.py): every --logging_steps, numbers read on a thread of its own;
   - the step profile (watch/step_profile.py): torch_xla's trace of the --profile_steps.
+  - the best model (loop/best_model.py): judges each evaluation, keeps the best one's weights, stops early.
 
 A feature defines only the points it answers, with these names and arguments; it does not import this module
 (the machinery never imports the loop), so `Callback` below is the points' reference, not a base class.
@@ -20,6 +21,7 @@ point gets the run's state (run_state.py); the points in the order a run reaches
   before_sync(run)                   a training step is traced, about to be cut and run (the first one compiles)
   after_train_step(run, batch)       a training step ran and was synced (the loop's thread reads nothing from the device)
   at_step_boundary(run)              between two optimizer steps: a checkpoint may be due, a stop asked for
+                                     (after it the loop ends when a callback set run.stop_reason: early stopping)
   after_eval_step(run, step, batch)  an evaluation step ran and was synced
   after_evaluation(run)              the epoch's evaluation is over and summed
   at_epoch_end(run)                  the epoch is over (its line printed)

@@ -49,13 +49,14 @@ class Loop:
             callbacks.on_fit_start(run)  # a resumed run's position comes from its checkpoint here
             run.first_learning_rate = parts.scheduler.get_last_lr()[0]
             for epoch in range(run.first_epoch, run.num_epochs):
-                if run.reached_the_end(epoch):  # a resumed run that had reached --max_steps
+                if run.reached_the_end(epoch) or run.stop_reason:  # resumed after --max_steps or an early stop
                     break
                 skip = run.begin_epoch(epoch)
                 batches = context.layout.train_batches(context.accelerator, parts.train_loader, epoch, skip)
                 run.train_loss = self.train_epoch(run, batches)
                 run.end_training_part(skip)
-                self.evaluate_now(run)
+                if not run.stop_reason:  # else an --eval_steps evaluation stopped it: the weights are the ones it evaluated
+                    self.evaluate_now(run)
                 context.say(f"epoch {epoch + 1}/{run.num_epochs}: train loss {run.train_loss:.4f}, "
                             f"{task.summary(run.evaluation)}")
                 callbacks.at_epoch_end(run)
@@ -98,7 +99,7 @@ class Loop:
                     self.context.say(f"step {run.global_step}: {task.summary(self.evaluate_now(run))}")
                     parts.model.train()
                 callbacks.at_step_boundary(run)
-                if index == steps < len(batches):  # --max_steps reached inside the epoch
+                if index == steps < len(batches) or run.stop_reason:  # --max_steps reached inside the epoch, or a stop
                     # Only then: a loader left before its end skips its last sync, which moves XLA's random seed.
                     break
         # One transfer per epoch, the loss and the guard's counters together: reading every step would stall the device.

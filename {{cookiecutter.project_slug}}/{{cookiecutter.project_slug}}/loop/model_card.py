@@ -38,7 +38,7 @@ def template_version() -> str:
 
 
 def metric_rows(report: dict) -> list[str]:
-    """A markdown table of the last evaluation's numbers, then a classifier's confusion matrix."""
+    """A markdown table of an evaluation's numbers (the report's: its last), then a classifier's confusion matrix."""
     rows = ["| metric | value |", "|---|---|"]
     for name, value in report.items():
         if name.startswith("eval_") and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -54,13 +54,30 @@ def metric_rows(report: dict) -> list[str]:
     return rows
 
 
+def exported_evaluation(report: dict) -> dict:
+    """The exported weights' evaluation: the best one's with --load_best_model_at_end, else the last one's (the
+    report's; none when a resumed run had nothing left to train)."""
+    exported = (report.get("best_model") or {}).get("exported")
+    return exported["evaluation"] if exported else report
+
+
+def evaluation_lines(report: dict) -> list[str]:
+    exported = (report.get("best_model") or {}).get("exported")
+    if not exported:
+        return metric_rows(report)
+    return [f"The best evaluation's weights by {exported['metric']} (epoch {exported['epoch']}, step "
+            f"{exported['global_step']}; --load_best_model_at_end), not the last evaluation's:", "",
+            *metric_rows(exported["evaluation"])]
+
+
 def card(report: dict, config: TrainConfig) -> str:
     demo = report["config"].get("demo")
     base = None if demo else config.model_name_or_path
     data = report["data"]
     files = [f"`{getattr(config, name)}`" for name in ("train_file", "eval_file") if getattr(config, name)]
     source = "the demo's shipped files" if data == "demo" else (", ".join(files) if files else f"`{data}`")
-    evaluated = report.get("eval_tokens_counted")
+    shown = exported_evaluation(report)
+    evaluated = shown.get("eval_tokens_counted")
     precision, graphs = report["precision"], report.get("xla_compilations")
     front = {"library_name": "transformers", "pipeline_tag": PIPELINE_TAG[task.NAME], "tags": ["tpu-template", "pytorch-xla"]}
     if base:
@@ -76,7 +93,7 @@ def card(report: dict, config: TrainConfig) -> str:
         "",
         f"- trained on {source}: {report['train_examples']} " + ("(a stream)" if report["train_examples"] == "streaming"
                                                                     else "blocks" if evaluated else "examples"),
-        f"- evaluated on {report['eval_examples_counted']} "
+        f"- evaluated on {shown.get('eval_examples_counted', 'no')} "
         + (f"blocks of {config.max_seq_length} tokens ({evaluated} tokens counted)" if evaluated else "examples"),
         "",
         "## Training",
@@ -90,10 +107,12 @@ def card(report: dict, config: TrainConfig) -> str:
         + (f"{graphs} XLA graphs compiled, {report['recompilations']} after warm-up" if graphs is not None
            else "no XLA device"),
         f"- made with the template {template_version()}",
+        *([f"- stopped early at epoch {stop['epoch']}, step {stop['global_step']}: {stop['why']}"]
+          if (stop := report.get("early_stopping") or {}).get("stopped") else []),
         "",
         "## Evaluation",
         "",
-        *metric_rows(report),
+        *evaluation_lines(report),
         "",
     ]
     return "\n".join(lines)

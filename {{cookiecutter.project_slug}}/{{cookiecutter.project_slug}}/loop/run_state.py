@@ -29,6 +29,9 @@ class RunState:
     train_loss: float | None = None
     evaluation: dict = field(default_factory=dict)  # the latest evaluation's metrics
     evaluations: list = field(default_factory=list)  # every evaluation of this run, with its epoch and global step
+    # The best evaluation so far and the evaluations since it (best_model.py): in every checkpoint's progress.
+    best: dict = field(default_factory=dict)
+    stop_reason: str | None = None  # set by a callback (early stopping): the loop ends at its next boundary
     trained_examples: int = 0
     seconds: float = 0.0
     steady_examples: int = 0  # epochs after this run's first, compile time taken out
@@ -51,13 +54,15 @@ class RunState:
         self.resumed_loss = int(progress.get("loss_sum", 0))
         # A checkpoint written by an earlier version of this project has no global step.
         self.global_step = progress.get("global_step", self.first_epoch * self.steps_per_epoch)
+        self.best = progress.get("best", {})  # none before this project kept one
 
     def progress(self, loss_so_far: int | None = None) -> dict:
         """What a checkpoint records: inside the epoch (given the epoch's loss so far), or after it (the next one)."""
         if loss_so_far is not None:
             return {"epochs_done": self.epoch, "epoch_step": self.step, "global_step": self.global_step,
-                    "loss_sum": loss_so_far}
-        return {"epochs_done": self.epoch + 1, "epoch_step": 0, "global_step": self.global_step, "loss_sum": 0}
+                    "loss_sum": loss_so_far, "best": self.best}
+        return {"epochs_done": self.epoch + 1, "epoch_step": 0, "global_step": self.global_step, "loss_sum": 0,
+                "best": self.best}
 
     def reached_the_end(self, epoch: int) -> bool:
         """True before `epoch` when the run has trained its last step: a resumed run that had reached --max_steps.

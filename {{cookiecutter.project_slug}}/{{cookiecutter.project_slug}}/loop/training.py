@@ -29,7 +29,7 @@ from ..watch.step_profile import StepProfile
 from ..xla import compilation as xla_compilation
 from ..xla import device as devices
 from ..xla import runtime as xla_runtime
-from . import collector, export
+from . import best_model, collector, export
 from .callbacks import Callbacks
 from .context import RunContext
 from .fit import Loop
@@ -132,14 +132,14 @@ def _train(context: RunContext, model, analysis_file, made_output_dir: bool):
     elif config.profile_steps and processes.is_main(accelerator):
         profile = StepProfile(config.profile_steps, config.output_dir, accelerator.device)
     # In this order: the watch sees what a checkpoint compiled, a preempted run stops after its checkpoint, and the
-    # metrics log and the profile start after a resumed run's step is known.
-    callbacks = Callbacks(checkpoints, watch, Preemption(accelerator, checkpoints), metrics, profile)
+    # metrics log, the profile and the best model start after a resumed run's step and best evaluation are known.
+    best = best_model.BestModel(accelerator, layout, config, say)
+    callbacks = Callbacks(checkpoints, watch, Preemption(accelerator, checkpoints), metrics, profile, best)
     Loop(context, parts, callbacks, guard).fit(run)
     report = run_report(context, parts, run, watch, checkpoints)
     if report["host_share_of_step"]["says"].startswith("host-bound"):
         say(report["host_share_of_step"]["says"])
-    report["logging"] = metrics.report()
-    report["profile"] = profile.report() if profile else None
+    report.update(logging=metrics.report(), profile=profile.report() if profile else None, **best.report(run))
     if processes.is_main(accelerator):
         # The whole run's picture, resumed parts included: drawn from metrics.jsonl.
         report["curves"] = curves.draw(metrics.path, Path(config.output_dir) / curves.CURVES_FILE)
