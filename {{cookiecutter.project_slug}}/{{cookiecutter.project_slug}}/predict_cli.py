@@ -105,23 +105,6 @@ def at_precision(model, config: PredictConfig, device) -> tuple:
     return levels.apply_to_model(model, report, device), {"precision": report.effective, "precision_via": report.via}
 
 
-{%- if cookiecutter.task != "causal-lm" %}
-
-
-def _head_size(model: Path) -> int:
-    """The classifier head's labels. transformers writes no id2label for its default 2 labels: its config class says."""
-    from transformers import AutoConfig
-
-    folder = model
-    if not (model / "config.json").is_file():  # a LoRA export: the head's size is in the base model's config
-        folder = json.loads((model / "adapter_config.json").read_text(encoding="utf-8")).get("base_model_name_or_path")
-    try:
-        return AutoConfig.from_pretrained(folder).num_labels
-    except Exception:  # the base model out of reach (offline): labels still checked as whole numbers from 0
-        return 2**31
-{%- endif %}
-
-
 def read_input(config: PredictConfig, columns: list[str], checks=None):
     """The examples of --input: a file checked row by row as training's files are, else a split of a hub data set (or
     of a local folder laid out like one: validation.csv, test.jsonl, ...), said in one line when it is neither."""
@@ -169,9 +152,11 @@ def run(config: PredictConfig) -> dict:
 
     check_paths(config)
 {%- if cookiecutter.task != "causal-lm" %}
+    from .loop.predict_labels import head_size, predict
+
     columns = [config.text_column] + ([config.text_pair_column] if config.text_pair_column else [])
     # True labels, if given, refused as training refuses them: outside the head's labels, not whole numbers.
-    checks = task.label_checks(config.label_column, _head_size(Path(config.model))) if config.label_column else None
+    checks = task.label_checks(config.label_column, head_size(Path(config.model))) if config.label_column else None
     examples = read_input(config, columns, checks)
 {%- else %}
     examples = read_input(config, [config.text_column])
@@ -202,8 +187,6 @@ def run(config: PredictConfig) -> dict:
         predictions, figures = predict(RunContext(accelerator, layout, config), model, tokenizer,
                                        list(examples[config.text_column]))
 {%- else %}
-        from .loop.predict_labels import predict
-
         # Tokenized as training tokenizes (the task's batched map), each row numbered for the gathering.
         rows = task.tokenize(examples, tokenizer, config.text_column, config.text_pair_column, None, config.max_seq_length)
         rows = rows.add_column(prediction.ROW, list(range(len(rows))))

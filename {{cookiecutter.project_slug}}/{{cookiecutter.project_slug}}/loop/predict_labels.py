@@ -6,7 +6,9 @@ class probabilities computed in the graph and read back once, after the last bat
 input order, each exactly once (prediction.py).
 """
 
+import json
 import time
+from pathlib import Path
 
 import torch
 
@@ -49,3 +51,16 @@ def predict(context: RunContext, model, tokenizer, examples) -> tuple[list[dict]
     figures = {"examples": len(examples), "seconds": seconds, "examples_per_second": len(examples) / seconds,
                "graphs_after_first_batch": graphs_since(first_batch_graphs)}
     return predictions, figures
+
+
+def head_size(model: Path) -> int:
+    """The classifier head's labels. transformers writes no id2label for its default 2 labels: its config class says."""
+    from transformers import AutoConfig
+
+    folder = model
+    if not (model / "config.json").is_file():  # a LoRA export: the head's size is in the base model's config
+        folder = json.loads((model / "adapter_config.json").read_text(encoding="utf-8")).get("base_model_name_or_path")
+    try:
+        return AutoConfig.from_pretrained(folder).num_labels
+    except Exception:  # the base model out of reach (offline): labels still checked as whole numbers from 0
+        return 2**31
