@@ -49,7 +49,7 @@ def judged(best: dict, metric: str, greater: bool, evaluation: dict, position: t
     if improves(value, best.get("value"), greater):
         return {"metric": metric, "value": value, "epoch": epoch, "global_step": global_step, "evaluations_since": 0,
                 "evaluation": dict(evaluation)}
-    return {**best, "evaluations_since": best["evaluations_since"] + 1}
+    return {**best, "evaluations_since": best.get("evaluations_since", 0) + 1}
 
 
 def out_of_patience(best: dict, patience: int | None) -> bool:
