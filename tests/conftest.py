@@ -45,5 +45,21 @@ def bake(tmp_path):
 
 
 @pytest.fixture(scope="session")
+def bake_once(tmp_path_factory):
+    """Bake each answer set once per session (per xdist worker) and share the folder, for tests that only read a bake:
+    test_bake's seven checks of every combination and test_task_only's imports read the same bakes (a bake is 1-2 s;
+    baking each set for each test was about a hundred bakes)."""
+    made = {}
+
+    def _bake(**answers) -> Path:
+        key = tuple(sorted(answers.items()))
+        if key not in made:
+            made[key] = bake_into(tmp_path_factory.mktemp("bake-once"), **answers)
+        return made[key]
+
+    return _bake
+
+
+@pytest.fixture(scope="session")
 def default_project(tmp_path_factory) -> Path:
     return bake_into(tmp_path_factory.mktemp("default"))

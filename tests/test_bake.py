@@ -98,9 +98,10 @@ def baked_files(project: Path) -> set[str]:
 
 
 @pytest.fixture(params=list(COMBINATIONS), ids=list(COMBINATIONS))
-def baked(request, bake):
+def baked(request, bake_once):
+    """Read only: the folder is shared by every test of its combination (conftest.bake_once)."""
     answers = COMBINATIONS[request.param]
-    return answers, bake(**answers)
+    return answers, bake_once(**answers)
 
 
 def test_exact_file_tree(baked):

@@ -109,8 +109,8 @@ def python_files(project: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize("name", list(ANSWER_SETS))
-def test_every_import_names_a_module_of_its_bake(bake, name):
-    project = bake(**ANSWER_SETS[name])
+def test_every_import_names_a_module_of_its_bake(bake_once, name):
+    project = bake_once(**ANSWER_SETS[name])
     package = project.name
     found = [f"{path.relative_to(project)}:{problem}" for path in python_files(project)
              for problem in unresolved(project, path, package)]
@@ -144,8 +144,8 @@ def names_in(source: str) -> list[tuple[int, str]]:
     return found
 
 
-def test_a_classifier_bake_names_nothing_of_the_causal_lm(bake):
-    project = bake(task="text-classification")
+def test_a_classifier_bake_names_nothing_of_the_causal_lm(bake_once):
+    project = bake_once()  # the defaults: a classifier
     package = project / project.name
     found = [f"{path.relative_to(project)}:{line}: {name}" for path in python_files(package)
              for line, name in names_in(path.read_text(encoding="utf-8")) if name in CAUSAL_LM_ONLY]

@@ -22,6 +22,7 @@ import torch
 from {{ cookiecutter.project_slug }}.config import TrainConfig
 from {{ cookiecutter.project_slug }}.data import batching
 from {{ cookiecutter.project_slug }}.loop import training
+from {{ cookiecutter.project_slug }}.loop.evaluation import evaluate
 from {{ cookiecutter.project_slug }}.loop.step import StepParts, train_step
 from {{ cookiecutter.project_slug }}.precision import levels as precision
 from {{ cookiecutter.project_slug }}.tasks.text_classification import make_collator
@@ -105,7 +106,7 @@ def eval_cell(cell: Cell, profile: Profile, cache_dir: str | None = None) -> dic
         devices.sync(device, wait=True)
         with compilations.counting_compilations() as compiled:
             started = time.perf_counter()
-            evaluation = training.evaluate(accelerator, model, loader)  # ends in a host read: the work is done
+            evaluation = evaluate(accelerator, model, loader)  # ends in a host read: the work is done
             times.append(time.perf_counter() - started)
         eval_graphs.append(compiled["compilations"])
         totals = {key: totals.get(key, 0) + value for key, value in compiled.items()}

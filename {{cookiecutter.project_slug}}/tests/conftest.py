@@ -351,12 +351,12 @@ WORKERS = NO_XLA_PRELUDE + """
 import json, os
 from pathlib import Path
 from accelerate import notebook_launcher
-from {{ cookiecutter.project_slug }}.loop import training
+from {{ cookiecutter.project_slug }}.loop import fit, training
 from {{ cookiecutter.project_slug }}.cli import parse
 from {{ cookiecutter.project_slug }}.parallel.data import DataParallel
 
 processes, port, record, hosts, *argv = sys.argv[1:]
-config, rates, original = parse(argv), [], training.train_step
+config, rates, original = parse(argv), [], fit.train_step
 norms, clip = [], DataParallel.clip_gradients
 
 def clip_recording(self, *args):
@@ -368,9 +368,9 @@ if os.environ.get("TEST_ONLY_MAIN_SEES_NO_HUB"):
     # Each process would answer differently: only the main process finds the hub out of reach.
     training.wants_demo = lambda config: os.environ.get("RANK", "0") == "0"
 
-def recording(accelerator, model, optimizer, *args):
-    rates.append(optimizer.param_groups[0]["lr"])
-    loss = original(accelerator, model, optimizer, *args)
+def recording(accelerator, parts, *args):
+    rates.append(parts.optimizer.param_groups[0]["lr"])
+    loss = original(accelerator, parts, *args)
     Path(record, f"stepped-{os.environ.get('RANK', '0')}").touch()  # a test may wait for the first step
     return loss
 
@@ -385,7 +385,7 @@ def run(model, config):
         Path(record, f"process-{rank}.json").write_text(json.dumps(rates))
         Path(record, f"norms-{rank}.json").write_text(json.dumps([float(norm) for norm in norms]))
 
-training.train_step = recording
+fit.train_step = recording  # the loop's own name for it (loop/fit.py)
 notebook_launcher(run, (None, config), num_processes=int(processes), use_port=port)
 """
 
@@ -467,12 +467,12 @@ def local_model(tmp_path_factory) -> Path:
 # read after training, so recording adds neither a graph nor a transfer to the run's report.
 RECORDING = """
 import json, sys
-from {{ cookiecutter.project_slug }}.loop import training
+from {{ cookiecutter.project_slug }}.loop import fit
 from {{ cookiecutter.project_slug }}.cli import main
 
 record, *argv = sys.argv[1:]
-losses, original = [], training.train_step
-training.train_step = lambda *args: losses.append(original(*args)) or losses[-1]
+losses, original = [], fit.train_step
+fit.train_step = lambda *args: losses.append(original(*args)) or losses[-1]
 try:
     main(argv)
 finally:

@@ -88,9 +88,9 @@ def test_an_eval_batch_size_unlike_the_train_size_compiles_its_eval_graph_in_war
 # A host read slipped into the training step from the second epoch on: the classic hidden recompilation.
 HOST_READ_IN_THE_STEP = """
 import runpy, sys
-from {{ cookiecutter.project_slug }}.loop import training
+from {{ cookiecutter.project_slug }}.loop import fit
 
-original, steps = training.train_step, []
+original, steps = fit.train_step, []
 
 def step_with_a_host_read(*args):
     steps.append(1)
@@ -99,7 +99,7 @@ def step_with_a_host_read(*args):
         print_the_loss = float(loss.loss)
     return loss
 
-training.train_step = step_with_a_host_read
+fit.train_step = step_with_a_host_read
 sys.argv = ["cli", *sys.argv[1:]]
 runpy.run_module("{{ cookiecutter.project_slug }}.cli", run_name="__main__", alter_sys=True)
 """

@@ -93,15 +93,15 @@ def test_messages_and_progress_bars_appear_once_per_run(runs, processes):
 BATCHES = """
 import json
 from pathlib import Path
-from {{ cookiecutter.project_slug }}.loop import training
-seen, stepped = [], training.train_step
+from {{ cookiecutter.project_slug }}.loop import fit
+seen, stepped = [], fit.train_step
 
-def seeing(accelerator, model, optimizer, scheduler, batch, *args):
+def seeing(accelerator, parts, batch, *args):
     seen.append(batch["input_ids"].tolist())
     Path(sys.argv[3], "batches.json").write_text(json.dumps(seen))
-    return stepped(accelerator, model, optimizer, scheduler, batch, *args)
+    return stepped(accelerator, parts, batch, *args)
 
-training.train_step = seeing
+fit.train_step = seeing
 """
 
 

@@ -77,8 +77,7 @@ class TrainConfig:
         "epoch if need be: the schedule and the checkpoints follow it, and --num_epochs becomes a maximum."})
     eval_steps: int | None = field(default=None, metadata={"help": "Also evaluate every this many optimizer steps, "
         "inside epochs (the one eval graph). Default: after each epoch only."})
-    metric_for_best_model: str = field(default="loss", metadata={"help": "The eval metric that picks the best evaluation: "
-        "{{ 'loss or perplexity, lower is better' if cookiecutter.task == 'causal-lm' else 'loss (lower is better), accuracy or macro_f1 (higher)' }}; the eval_ prefix is allowed."})
+    metric_for_best_model: str = field(default="loss", metadata={"help": "The eval metric that picks the best evaluation: {{ 'loss or perplexity, lower is better' if cookiecutter.task == 'causal-lm' else 'loss (lower is better), accuracy, macro_f1 or roc_auc (higher)' }}; the eval_ prefix is allowed."})
     load_best_model_at_end: bool = switch(False, "Export the best evaluation's weights, not the last (each better one's "
         "are written to OUTPUT_DIR/best-model).")
     early_stopping_patience: int | None = field(default=None, metadata={"help": "End the run after this many evaluations "
