@@ -16,6 +16,7 @@ SCRIPT_FILES = ("train.py", "tests/test_script.py")
 TASK_FILES = {
     "text-classification": (
         f"{ANSWERS['project_slug']}/tasks/text_classification.py", f"{ANSWERS['project_slug']}/loop/predict_labels.py",
+        f"{ANSWERS['project_slug']}/tasks/roc_auc.py",
         "tests/test_data_files.py", "tests/test_training.py", "tests/test_benchmark_logic.py",
         # The benchmarks written around a classifier: precision modes, eval batching and loops, checkpoint cost.
         "benchmarks/measure_precision.py", "benchmarks/test_precision.py", "benchmarks/measure_recompilation.py",

@@ -25,7 +25,7 @@ BENCHMARKS_ONLY_PREFIXES = (
 # Each task's own files (the post-gen hook keeps the chosen task's).
 TASK_ONLY = {
     "text-classification": {
-        "PKG/tasks/text_classification.py", "PKG/loop/predict_labels.py", "tests/test_data_files.py",
+        "PKG/tasks/text_classification.py", "PKG/tasks/roc_auc.py", "PKG/loop/predict_labels.py", "tests/test_data_files.py",
         "tests/test_training.py",
         "tests/test_benchmark_logic.py", "benchmarks/measure_precision.py", "benchmarks/test_precision.py",
         "benchmarks/measure_recompilation.py", "benchmarks/test_recompilation.py", "benchmarks/grid.py",

@@ -111,7 +111,7 @@ def test_roc_auc_is_scikit_learns_on_random_scores():
     import numpy as np
     from sklearn.metrics import roc_auc_score
 
-    from {{ cookiecutter.project_slug }}.tasks.text_classification import roc_auc
+    from {{ cookiecutter.project_slug }}.tasks.roc_auc import roc_auc
 
     generator = torch.Generator().manual_seed(0)
     for classes, rows, decimals in ((2, 200, 1), (2, 57, 6), (3, 300, 1), (5, 400, 2)):
