@@ -87,6 +87,14 @@ FIRST_COMMANDS = ("install", "the demo", "your own data", "on a TPU")
 ENTRY_POINTS = ("train.py", "{{ cookiecutter.project_slug }}.cli")
 
 
+def load_script(name: str):
+    """A module of scripts/ (not a package: the tests load it from its file), e.g. package_map or doc_paths."""
+    spec = importlib.util.spec_from_file_location(name, PROJECT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def first_screen() -> dict[str, tuple[dict, list[str]]]:
     """The commands of the README's first bash block within its first screen, by what their comments say they do
     (FIRST_COMMANDS): each as (the variables it sets, its argv)."""

@@ -5,11 +5,10 @@ command the one test_pretrained.py trains a saved model with; here its commands 
 parsers and their data loaded and checked, with nothing trained.
 """
 
-import importlib.util
 import re
 
 import pytest
-from conftest import FIRST_COMMANDS, FIRST_SCREEN, PROJECT, entry_flags, first_screen, readme_flags
+from conftest import FIRST_COMMANDS, FIRST_SCREEN, PROJECT, entry_flags, first_screen, load_script, readme_flags
 
 from {{ cookiecutter.project_slug }}.cli import parse
 
@@ -18,14 +17,7 @@ LAYOUT = "{{ cookiecutter.parallelism }}"  # the baked layout, which the README'
 INSTALL = ["pip", "install", "-e", ".[xla-cpu,dev]", "-c", "constraints.txt"]  # what CI installs (test_launch.py)
 
 
-def load_doc_paths():
-    spec = importlib.util.spec_from_file_location("doc_paths", PROJECT / "scripts" / "doc_paths.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-doc_paths = load_doc_paths()
+doc_paths = load_script("doc_paths")
 
 
 def test_the_readme_is_short_and_its_first_screen_has_the_four_commands():

@@ -4,8 +4,9 @@ Fast: nothing here imports torch or the package; the files are read with `ast`.
 """
 
 import ast
-import importlib.util
 from pathlib import Path
+
+from conftest import load_script
 
 PROJECT = Path(__file__).resolve().parent.parent
 PACKAGE = PROJECT / "{{ cookiecutter.project_slug }}"
@@ -17,14 +18,7 @@ LOOKUPS = {"sys.modules.get", "importlib.import_module", "import_module", "impor
            "find_spec", "__import__"}
 
 
-def load_package_map():
-    spec = importlib.util.spec_from_file_location("package_map", PROJECT / "scripts" / "package_map.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-package_map = load_package_map()
+package_map = load_script("package_map")
 
 
 def modules() -> list[Path]:
