@@ -144,7 +144,7 @@ def test_the_best_evaluation_is_exported_and_patience_ends_the_run(run_training)
     exported = report["best_model"]["exported"]
     assert exported["global_step"] == report["evaluations"][best]["global_step"] == report["best_model"]["best"]["global_step"]
     assert exported["evaluation"]["eval_loss"] == losses[best]
-    truth, predicted = labelled_apart(report["exported"])
+    truth, predicted, _ = labelled_apart(report["exported"])
     from sklearn.metrics import confusion_matrix
 
     found = confusion_matrix(truth, predicted, labels=[0, 1]).tolist()
