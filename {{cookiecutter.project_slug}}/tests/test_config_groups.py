@@ -16,8 +16,8 @@ PROJECT = Path(__file__).resolve().parent.parent
 PACKAGE = PROJECT / "{{ cookiecutter.project_slug }}"
 OPTIONS = [option.name for option in fields(TrainConfig)]
 
-# The modules below the loop that are still handed the whole config, and why; every other one is handed the group it
-# reads (`config.data`, ...). config/ (the options themselves) and loop/ (which hands the groups out) are not listed.
+# The modules outside config/ (the options themselves) and loop/ (which hands the groups out) still handed the whole
+# config, and why; every other one is handed the group it reads (`config.data`, ...).
 WHOLE_CONFIG = {
     "cli.py": "train.py's command line: it makes the TrainConfig",
     "plan_cli.py": "plan.py's command line: it makes the TrainConfig",
@@ -73,7 +73,7 @@ def takes_whole_config(source: str) -> bool:
     return False
 
 
-def test_only_the_named_modules_below_the_loop_take_the_whole_config():
+def test_only_the_named_modules_outside_the_config_and_the_loop_take_the_whole_config():
     found = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
                    if path.relative_to(PACKAGE).parts[0] not in ("config", "loop")
                    and takes_whole_config(path.read_text(encoding="utf-8")))
