@@ -125,10 +125,10 @@ launch_options = {
 }
 config = TrainConfig(**overrides)
 # Decided once here, not probed again in every process: the offline demo, or the hub model and data.
-config.demo = wants_demo(config)
+config.demo = wants_demo(config.data, config.model)
 # The launcher tells forked workers a precision, which the function reads where the config leaves it open:
 # give it the one this config asks for (a bad combination stops here, before anything is launched).
-launch_options["mixed_precision"] = accelerate_mixed_precision(requested_level(config))
+launch_options["mixed_precision"] = accelerate_mixed_precision(requested_level(config.precision))
 print(config)
 print(launch_options)"""
 
@@ -182,7 +182,7 @@ With several processes on a small host (Colab, Kaggle), those copies can exhaust
 )
 
 MODEL = shared_or_not(
-    """tokenizer = load_tokenizer(config, config.demo)
+    """tokenizer = load_tokenizer(config.data, config.model, config.demo)
 model = task.build_model(config, config.demo, vocab_size=len(tokenizer))
 count = sum(parameter.numel() for parameter in model.parameters())
 print(f"{type(model).__name__}: {count / 1e6:.1f}M parameters, on {next(model.parameters()).device}")""",

@@ -50,7 +50,7 @@ def _trainer(model, output_dir: str):
     from {{ cookiecutter.project_slug }}.config import DEMO_LEARNING_RATE
     from {{ cookiecutter.project_slug }}.data.tokenizer import load_tokenizer
 
-    tokenizer = load_tokenizer(BAKED, demo=True)  # the demo's, offline (tasks/causal_lm.load_examples' settings)
+    tokenizer = load_tokenizer(BAKED.data, BAKED.model, demo=True)  # the demo's, offline (tasks/causal_lm.load_examples' settings)
     tokenizer.eos_token = tokenizer.eos_token or tokenizer.sep_token
     tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
     arguments = SFTConfig(output_dir=output_dir, learning_rate=DEMO_LEARNING_RATE, per_device_train_batch_size=BATCH,

@@ -30,7 +30,7 @@ from {{ cookiecutter.project_slug }}.data.tokenizer import load_tokenizer
 from {{ cookiecutter.project_slug }}.tasks import task
 
 config = TrainConfig(demo=True)
-tokenizer = load_tokenizer(config, demo=True)
+tokenizer = load_tokenizer(config.data, config.model, demo=True)
 task.build_model(config, demo=True, vocab_size=len(tokenizer)).save_pretrained(sys.argv[1])
 tokenizer.save_pretrained(sys.argv[1])
 """

@@ -374,7 +374,7 @@ def clip_recording(self, *args):
 DataParallel.clip_gradients = clip_recording
 if os.environ.get("TEST_ONLY_MAIN_SEES_NO_HUB"):
     # Each process would answer differently: only the main process finds the hub out of reach.
-    training.wants_demo = lambda config: os.environ.get("RANK", "0") == "0"
+    training.wants_demo = lambda data, model: os.environ.get("RANK", "0") == "0"
 
 def recording(accelerator, parts, *args):
     rates.append(parts.optimizer.param_groups[0]["lr"])
@@ -464,7 +464,7 @@ def local_model(tmp_path_factory) -> Path:
 
     folder = tmp_path_factory.mktemp("local-model")
     config = TrainConfig(demo=True)
-    tokenizer = load_tokenizer(config, demo=True)
+    tokenizer = load_tokenizer(config.data, config.model, demo=True)
     task.build_model(config, demo=True, vocab_size=len(tokenizer)).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

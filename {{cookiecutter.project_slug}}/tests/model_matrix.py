@@ -105,7 +105,8 @@ ARCHITECTURES = {
 
 def demo_tokenizer():
     """The project's demo tokenizer, trained on the shipped demo text, with the ids a decoder needs."""
-    tokenizer = load_tokenizer(TrainConfig(demo=True), demo=True)
+    config = TrainConfig(demo=True)
+    tokenizer = load_tokenizer(config.data, config.model, demo=True)
     tokenizer.bos_token, tokenizer.eos_token = tokenizer.cls_token, tokenizer.sep_token
     return tokenizer
 

@@ -63,7 +63,7 @@ def initial_weights() -> dict:
     from {{ cookiecutter.project_slug }}.tasks import task
 
     config = TrainConfig(demo=True, max_seq_length=64)
-    return task.build_model(config, demo=True, vocab_size=len(load_tokenizer(config, demo=True))).state_dict()
+    return task.build_model(config, demo=True, vocab_size=len(load_tokenizer(config.data, config.model, demo=True))).state_dict()
 
 
 @pytest.mark.slow

@@ -292,7 +292,7 @@ def test_every_level_is_a_choice_train_py_accepts():
     from {{ cookiecutter.project_slug }}.precision.levels import requested_level
 
     for level, options in measure_finetuning.LEVELS.items():
-        assert requested_level(TrainConfig(**options)) == level.removesuffix("+kahan")
+        assert requested_level(TrainConfig(**options).precision) == level.removesuffix("+kahan")
     config = measure_finetuning.fine_tune_config("bf16", profiles.choose("quick"), "pretrained", "outputs")
     assert config.learning_rate == measure_finetuning.FINE_TUNING_RATE["text-classification"]
     assert config.demo is False and config.model_name_or_path == "pretrained" and config.train_file

@@ -25,7 +25,7 @@ def demo():
     """(tokenizer, train blocks, eval blocks, the eval texts' token count with one EOS each) at LENGTH."""
     config = TrainConfig(demo=True, max_seq_length=LENGTH)
     _, tokenizer, train_blocks, eval_blocks = load_examples(config, demo=True)
-    texts = load_text_data(config, demo=True).eval["text"]
+    texts = load_text_data(config.data, demo=True).eval["text"]
     tokens = sum(len(ids) + 1 for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"])
     return tokenizer, train_blocks, eval_blocks, tokens
 

@@ -62,7 +62,8 @@ def test_the_demo_command_is_the_demo_on_the_cpu_s_xla_device(monkeypatch):
     assert variables == {"PJRT_DEVICE": "CPU", "HF_HUB_OFFLINE": "1"} and argv[0] == "python"
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
-    assert wants_demo(parse(readme_flags("the demo")))
+    config = parse(readme_flags("the demo"))
+    assert wants_demo(config.data, config.model)
 
 
 @pytest.mark.parametrize("role", ["your own data", "on a TPU"])

@@ -189,7 +189,8 @@ def test_chat_messages_on_the_demo_tokenizer_label_only_the_assistant_turns(tmp_
 def test_chat_messages_with_a_chatml_template_label_the_assistant_turns_and_the_eos(tmp_path):
     """A tokenizer folder with a ChatML template like Qwen's: `<|im_end|>` ends a turn, the EOS ends the example."""
     chat = write_jsonl(tmp_path / "chat.jsonl", CHAT)
-    tokenizer = load_tokenizer(files_config(chat), True, row_texts)  # WordPiece, its vocabulary from the chat's words
+    config = files_config(chat)
+    tokenizer = load_tokenizer(config.data, config.model, True, row_texts)  # WordPiece, its vocabulary from the chat's words
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
     # In a file of its own (copied, not rendered, by cookiecutter): a chat template is Jinja.
     tokenizer.chat_template = (PROJECT / "tests" / "chatml_template.jinja").read_text().strip()
@@ -224,18 +225,19 @@ def test_the_other_paddings_keep_the_mask_one_example_per_row():
 def test_a_file_that_is_no_format_or_a_broken_one_is_refused_naming_the_column(tmp_path, rows, problem):
     path = write_jsonl(tmp_path / "data.jsonl", rows)
     with pytest.raises(DataProblem, match=problem):
-        load_data(files_config(path), demo=True)
+        load_data(files_config(path).data, demo=True)
 
 
 def test_train_and_eval_files_of_different_formats_are_refused(tmp_path):
     chat = write_jsonl(tmp_path / "chat.jsonl", CHAT)
     with pytest.raises(DataProblem, match=r"chat.jsonl: messages examples, but .*instructions-train.jsonl holds "
                                           r"prompt-completion examples; give both files one format"):
-        load_data(files_config(TRAIN_FILE, chat), demo=True)
+        load_data(files_config(TRAIN_FILE, chat).data, demo=True)
 
 
 def test_messages_need_a_tokenizer_with_a_chat_template(tmp_path):
-    load_tokenizer(TrainConfig(demo=True), demo=True).save_pretrained(tmp_path / "plain")  # WordPiece, no template
+    demo = TrainConfig(demo=True)
+    load_tokenizer(demo.data, demo.model, demo=True).save_pretrained(tmp_path / "plain")  # WordPiece, no template
     chat = write_jsonl(tmp_path / "chat.jsonl", CHAT)
     config = files_config(chat, demo=False, model_name_or_path=str(tmp_path / "plain"))
     with pytest.raises(DataProblem, match=r"column 'messages': the tokenizer has no chat template .* use 'prompt' and "

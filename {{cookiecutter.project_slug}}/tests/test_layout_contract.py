@@ -62,5 +62,5 @@ def test_a_layout_that_departs_from_the_contract_is_named():
 
 @pytest.mark.parametrize("parallelism", PARALLELISMS)
 def test_layout_for_gives_the_layout_each_parallelism_names(parallelism):
-    layout = layout_for(SimpleNamespace(parallelism=parallelism))
+    layout = layout_for(SimpleNamespace(parallelism=parallelism), SimpleNamespace())
     assert isinstance(layout, Layout) and layout.name == parallelism

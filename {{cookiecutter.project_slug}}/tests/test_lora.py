@@ -202,4 +202,4 @@ def test_a_target_the_model_lacks_is_a_config_error_listing_its_layers():
 
     _, _, model = demo_parts()
     with pytest.raises(ConfigError, match=r"^lora_target_modules='no_such_layer': no such layer .* include .*"):
-        lora.add_adapters(model, TrainConfig(demo=True, lora_r=4, lora_target_modules="no_such_layer"))
+        lora.add_adapters(model, TrainConfig(demo=True, lora_r=4, lora_target_modules="no_such_layer").model)

@@ -263,7 +263,7 @@ def test_downcast_from_accelerate_launch_without_bf16_is_refused(monkeypatch):
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")
     monkeypatch.setenv("ACCELERATE_DOWNCAST_BF16", "true")
     with pytest.raises(ConfigError, match="pure_bf16='downcast' needs mixed_precision=bf16"):
-        precision.requested_level(TrainConfig())
+        precision.requested_level(TrainConfig().precision)
 
 
 @pytest.mark.parametrize(
@@ -291,7 +291,7 @@ def test_accelerate_launch_settings_are_honoured(monkeypatch, env, flags, expect
     if expected == "baked":  # bf16 from the launcher: where the weights live is the baked answer's
         pure = precision.BAKED_PURE_BF16
         expected = "bf16" if pure == "no" else f"pure-bf16-{pure}"
-    assert precision.requested_level(TrainConfig(**flags)) == expected
+    assert precision.requested_level(TrainConfig(**flags).precision) == expected
 
 
 def test_set_xla_variables_leaves_accelerate_nothing_to_override(monkeypatch):

@@ -128,7 +128,7 @@ def copy_of(checkpoint: Path, tmp_path) -> Path:
 @pytest.mark.layout("data")
 @pytest.mark.machinery
 def test_an_honest_data_checkpoint_loads(data_checkpoint, tmp_path, resuming):
-    DataParallel(SimpleNamespace(lora_r=None)).load_state(resuming, copy_of(data_checkpoint, tmp_path))
+    DataParallel(SimpleNamespace(), SimpleNamespace(lora_r=None)).load_state(resuming, copy_of(data_checkpoint, tmp_path))
 
 
 @pytest.mark.layout("data")
@@ -138,7 +138,7 @@ def test_a_crafted_data_checkpoint_file_is_refused_by_name(data_checkpoint, tmp_
     folder, marker = copy_of(data_checkpoint, tmp_path), tmp_path / "ran"
     craft(folder / name, marker)
     with pytest.raises(UnsafeCheckpoint) as raised:
-        DataParallel(SimpleNamespace(lora_r=None)).load_state(resuming, folder)
+        DataParallel(SimpleNamespace(), SimpleNamespace(lora_r=None)).load_state(resuming, folder)
     assert_refused(raised, folder / name, marker)
 
 

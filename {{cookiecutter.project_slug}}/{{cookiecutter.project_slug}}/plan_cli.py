@@ -57,7 +57,7 @@ def recipe_of(config: TrainConfig, task) -> estimate.Recipe:
     from .config.defaults import TRAIN_BATCH_SIZE
     from .precision.levels import requested_level
 
-    return estimate.Recipe.of(config, config.train_batch_size or TRAIN_BATCH_SIZE, requested_level(config),
+    return estimate.Recipe.of(config, config.train_batch_size or TRAIN_BATCH_SIZE, requested_level(config.precision),
                               config.parallelism, task.NAME)
 
 
@@ -70,7 +70,7 @@ def run_model(config: TrainConfig, recipe: estimate.Recipe):
     from .tasks import task
 
     model = make_graph_friendly(task.build_shape(config))
-    model = lora.add_adapters(model, config)
+    model = lora.add_adapters(model, config.model)
     return model.to(torch.bfloat16) if recipe.weight_bytes == 2 else model
 
 

@@ -161,7 +161,8 @@ def run(config: PredictConfig) -> dict:
 {%- else %}
     examples = read_input(config, [config.text_column])
 {%- endif %}
-    layout = layout_for(TrainConfig(parallelism=config.parallelism))
+    trained = TrainConfig(parallelism=config.parallelism)  # the layout as training made it, with the bake's defaults
+    layout = layout_for(trained.parallel, trained.model)
     layout.start()
     processes.wait_for_forked_siblings()
     from accelerate import Accelerator

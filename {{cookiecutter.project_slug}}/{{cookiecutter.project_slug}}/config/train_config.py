@@ -1,4 +1,8 @@
-"""`TrainConfig`: every option of a run, with the baked answers as defaults, checked when it is made."""
+"""`TrainConfig`: every option of a run, with the baked answers as defaults, checked when it is made.
+
+Flat, as the command line, the notebook and a checkpoint's settings.json name them; `config.data`, `config.model`, ...
+hand out the options grouped by concern (groups.py), and each part of the package is handed the group it reads.
+"""
 
 import math
 from dataclasses import dataclass, field
@@ -19,10 +23,11 @@ from .defaults import (
     TRAIN_BATCH_SIZE,
     switch,
 )
+from .groups import Grouped
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Grouped):
     demo: bool | None = switch(
         None, "Train the offline demo ({{ 'tiny Llama' if cookiecutter.task == 'causal-lm' else 'tiny BERT' }}, shipped data). "
         "Default: only when the hub cannot be reached."
@@ -226,19 +231,11 @@ class TrainConfig:
 
     @property
     def export_dir(self) -> Path:
-        return Path(self.output_dir) / "model"
+        return self.checkpoints.export_dir
 
     @property
     def report_path(self) -> Path:
-        return Path(self.report) if self.report else Path(self.output_dir) / "report.json"
+        return self.checkpoints.report_path
 
     def __post_init__(self):
         check(self)
-
-    @property
-    def resolved_lora_alpha(self) -> float:
-        return self.lora_alpha if self.lora_alpha is not None else 2 * self.lora_r
-
-    @property
-    def resolved_lora_dropout(self) -> float:
-        return self.lora_dropout if self.lora_dropout is not None else LORA_DROPOUT

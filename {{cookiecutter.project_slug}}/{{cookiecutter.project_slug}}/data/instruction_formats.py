@@ -6,7 +6,7 @@ tasks/instructions.py turns each format into tokens and labels; data/streaming.p
 
 from pathlib import Path
 
-from ..config import TrainConfig
+from ..config.groups import DataOptions
 from .formats import TEXT, DataProblem, TaskChecks, TextData, no_column
 from .sources import chosen_files, hub_splits, hub_text_data, load_files, rows
 
@@ -14,21 +14,21 @@ PROMPT_COMPLETION, MESSAGES = "prompt-completion", "messages"
 FORMATS_ALLOWED = "a 'text' column, 'prompt' and 'completion' columns, or a 'messages' column (chat)"
 
 
-def load_data(config: TrainConfig, demo: bool) -> TextData:
+def load_data(options: DataOptions, demo: bool) -> TextData:
     """The train and eval examples in the one format both hold, each row checked: the user's files, the demo's, or
     the hub's (whose instruction rows are not checked here)."""
-    found = chosen_files(config, demo)
+    found = chosen_files(options, demo)
     if found is None:
-        train, evaluation = hub_splits(config)
-        data_format = example_format(train.column_names, config.text_column)
+        train, evaluation = hub_splits(options)
+        data_format = example_format(train.column_names, options.text_column)
         if data_format in (PROMPT_COMPLETION, MESSAGES):
-            return TextData(train, evaluation, main_column(data_format, None), None, config.dataset, data_format)
-        return hub_text_data(config, train, evaluation)
+            return TextData(train, evaluation, main_column(data_format, None), None, options.dataset, data_format)
+        return hub_text_data(options, train, evaluation)
     files, source = found
-    data_format = files_format(files, config.text_column)
+    data_format = files_format(files, options.text_column)
     checks = TaskChecks(row=messages_problem, split=lambda split: None) if data_format == MESSAGES else None
-    loaded = load_files(files, format_columns(data_format, config.text_column), checks)
-    return TextData(loaded["train"], loaded["eval"], main_column(data_format, config.text_column), None, source,
+    loaded = load_files(files, format_columns(data_format, options.text_column), checks)
+    return TextData(loaded["train"], loaded["eval"], main_column(data_format, options.text_column), None, source,
                     data_format)
 
 

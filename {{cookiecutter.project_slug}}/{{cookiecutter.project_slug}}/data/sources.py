@@ -11,7 +11,8 @@ from pathlib import Path
 
 import datasets
 
-from ..config import DEFAULT_DATASET, DEFAULT_MODEL, DEMO_DATA_DIR, TrainConfig
+from ..config import DEFAULT_DATASET, DEFAULT_MODEL, DEMO_DATA_DIR
+from ..config.groups import DataOptions, ModelOptions
 from .formats import DataProblem, TaskChecks, TextData, first_without_text, no_column
 from .hub import hub_reachable, load_hub_dataset
 
@@ -21,20 +22,20 @@ CHECK_BYTES = 16 * 2**20
 DEMO_FILES = {"train": DEMO_DATA_DIR / "train.csv", "eval": DEMO_DATA_DIR / "eval.csv"}
 
 
-def wants_demo(config: TrainConfig) -> bool:
-    """The demo runs when asked for, or when nothing was chosen and the hub is out of reach."""
-    if config.demo is not None:
-        return config.demo
+def wants_demo(options: DataOptions, model: ModelOptions) -> bool:
+    """The demo runs when asked for, or when nothing was chosen and the hub is out of reach (its data and its model)."""
+    if options.demo is not None:
+        return options.demo
     chose_something = (
-        config.train_file is not None
-        or config.dataset != DEFAULT_DATASET
-        or config.model_name_or_path != DEFAULT_MODEL
-        or Path(config.model_name_or_path).is_dir()
+        options.train_file is not None
+        or options.dataset != DEFAULT_DATASET
+        or model.model_name_or_path != DEFAULT_MODEL
+        or Path(model.model_name_or_path).is_dir()
     )
-    if chose_something or hub_reachable(config.model_name_or_path):
+    if chose_something or hub_reachable(model.model_name_or_path):
         return False
-    print(f"The hub cannot be reached: training the offline demo instead of {config.model_name_or_path} on "
-          f"{config.dataset} (pass --demo false to insist).")
+    print(f"The hub cannot be reached: training the offline demo instead of {model.model_name_or_path} on "
+          f"{options.dataset} (pass --demo false to insist).")
     return True
 
 
@@ -139,52 +140,52 @@ def load_files(files: dict, columns: list[str], checks: TaskChecks | None) -> di
     return {split: read_checked(path, columns, checks) for split, path in files.items()}
 
 
-def uses_files(config: TrainConfig) -> bool:
-    return bool(config.train_file or config.eval_file or config.dataset == "files")
+def uses_files(options: DataOptions) -> bool:
+    return bool(options.train_file or options.eval_file or options.dataset == "files")
 
 
-def chosen_files(config: TrainConfig, demo: bool) -> tuple[dict, str] | None:
+def chosen_files(options: DataOptions, demo: bool) -> tuple[dict, str] | None:
     """(split -> path, source) of the user's files or the demo's; None for the hub. The user's own files win over the
     shipped demo data: --demo with --train_file trains the demo model on them."""
-    if uses_files(config):
-        if not (config.train_file and config.eval_file):
+    if uses_files(options):
+        if not (options.train_file and options.eval_file):
             raise DataProblem("train_file and eval_file: give both local files (CSV or JSON lines)")
-        return {"train": config.train_file, "eval": config.eval_file}, "files"
+        return {"train": options.train_file, "eval": options.eval_file}, "files"
     return (DEMO_FILES, "demo") if demo else None
 
 
-def hub_splits(config: TrainConfig, checks: TaskChecks | None = None) -> tuple[datasets.Dataset, datasets.Dataset]:
+def hub_splits(options: DataOptions, checks: TaskChecks | None = None) -> tuple[datasets.Dataset, datasets.Dataset]:
     """(train, eval) splits of the hub data set --dataset, refused unless `checks` (the task's) pass on both."""
-    loaded = load_hub_dataset(config.dataset)
+    loaded = load_hub_dataset(options.dataset)
     if "train" not in loaded:
-        raise DataProblem(f"dataset={config.dataset!r}: no train split (splits: {', '.join(loaded)})")
+        raise DataProblem(f"dataset={options.dataset!r}: no train split (splits: {', '.join(loaded)})")
     eval_split = "validation" if "validation" in loaded else "test"
     if eval_split not in loaded:
-        raise DataProblem(f"dataset={config.dataset!r}: no validation or test split to evaluate on (splits: {', '.join(loaded)})")
+        raise DataProblem(f"dataset={options.dataset!r}: no validation or test split to evaluate on (splits: {', '.join(loaded)})")
     for split in ("train", eval_split) if checks else ():
         problem = checks.split(loaded[split])
         if problem:
-            raise DataProblem(f"dataset={config.dataset!r} split {split!r}: {problem}")
+            raise DataProblem(f"dataset={options.dataset!r} split {split!r}: {problem}")
     return loaded["train"], loaded[eval_split]
 
 
-def hub_text_data(config: TrainConfig, train, evaluation, pair_column: str | None = None) -> TextData:
+def hub_text_data(options: DataOptions, train, evaluation, pair_column: str | None = None) -> TextData:
     """A hub data set's text columns: --text_column, else `sentence1` (GLUE's pairs) or `text`, and its pair."""
     names = train.column_names
-    text_column = config.text_column or ("sentence1" if "sentence1" in names else "text")
+    text_column = options.text_column or ("sentence1" if "sentence1" in names else "text")
     pair = pair_column or ("sentence2" if "sentence2" in names else None)
-    return TextData(train, evaluation, text_column, pair, config.dataset)
+    return TextData(train, evaluation, text_column, pair, options.dataset)
 
 
 def load_text_data(
-    config: TrainConfig, demo: bool, pair_column: str | None = None, checks: TaskChecks | None = None,
+    options: DataOptions, demo: bool, pair_column: str | None = None, checks: TaskChecks | None = None,
 ) -> TextData:
     """The train and eval examples, refused unless `checks` (the task's) pass: the user's files, the demo's, or
     the hub's. `pair_column`: a second text column, checked like the first (a hub data set's sentence2 if unset)."""
-    found = chosen_files(config, demo)
+    found = chosen_files(options, demo)
     if found is None:
-        return hub_text_data(config, *hub_splits(config, checks), pair_column)
+        return hub_text_data(options, *hub_splits(options, checks), pair_column)
     files, source = found
-    text_column = config.text_column or "text"
+    text_column = options.text_column or "text"
     loaded = load_files(files, [text_column] + ([pair_column] if pair_column else []), checks)
     return TextData(loaded["train"], loaded["eval"], text_column, pair_column, source)

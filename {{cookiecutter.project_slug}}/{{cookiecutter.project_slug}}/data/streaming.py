@@ -23,7 +23,7 @@ import numpy as np
 from datasets.distributed import split_dataset_by_node
 from torch.utils.data import DataLoader
 
-from ..config import TrainConfig
+from ..config.groups import DataOptions
 from . import preparation
 from .formats import TEXT, DataProblem, TaskChecks, TextData
 from .hub import looks_local
@@ -35,41 +35,41 @@ EXAMPLES_PER_PACK = 1000  # tokenized examples packed together; the tokens past 
 STATE_FILE = "stream-{}.json"  # in a checkpoint: reader N's position in its stream
 
 
-def load_data(config: TrainConfig, demo: bool) -> TextData:
+def load_data(options: DataOptions, demo: bool) -> TextData:
     """The train split as a stream and the eval split loaded and checked as data/sources.py loads it.
 
     Local files: the format of each file from its first row, the eval file checked row by row, the train file only
     opened. The hub (or a folder laid out like it): the splits as load_hub_dataset names them, the eval one downloaded.
     """
-    if uses_files(config) or demo:
-        if uses_files(config) and not (config.train_file and config.eval_file):
+    if uses_files(options) or demo:
+        if uses_files(options) and not (options.train_file and options.eval_file):
             raise DataProblem("train_file and eval_file: give both local files (CSV or JSON lines)")
-        files = {"train": config.train_file, "eval": config.eval_file} if uses_files(config) else DEMO_FILES
-        found = {split: file_format(path, config.text_column) for split, path in files.items()}
+        files = {"train": options.train_file, "eval": options.eval_file} if uses_files(options) else DEMO_FILES
+        found = {split: file_format(path, options.text_column) for split, path in files.items()}
         if found["train"] != found["eval"]:
             raise DataProblem(f"{files['eval']}: {found['eval']} examples, but {files['train']} holds {found['train']} "
                               "examples; give both files one format")
         data_format = found["eval"]
         checks = TaskChecks(row=messages_problem, split=lambda split: None) if data_format == MESSAGES else None
-        evaluation = read_checked(files["eval"], format_columns(data_format, config.text_column), checks)
+        evaluation = read_checked(files["eval"], format_columns(data_format, options.text_column), checks)
         train = datasets.load_dataset(_format(Path(files["train"])), data_files=str(files["train"]), split="train",
                                       streaming=True)
-        source = "files" if uses_files(config) else "demo"
+        source = "files" if uses_files(options) else "demo"
     else:
-        name, _, subset = config.dataset.partition("/")
-        where = (config.dataset,) if Path(config.dataset).is_dir() or looks_local(config.dataset) else (name, subset or None)
+        name, _, subset = options.dataset.partition("/")
+        where = (options.dataset,) if Path(options.dataset).is_dir() or looks_local(options.dataset) else (name, subset or None)
         streams = datasets.load_dataset(*where, streaming=True)
         if "train" not in streams:
-            raise DataProblem(f"dataset={config.dataset!r}: no train split (splits: {', '.join(streams)})")
+            raise DataProblem(f"dataset={options.dataset!r}: no train split (splits: {', '.join(streams)})")
         eval_split = "validation" if "validation" in streams else "test"
         if eval_split not in streams:
-            raise DataProblem(f"dataset={config.dataset!r}: no validation or test split to evaluate on")
+            raise DataProblem(f"dataset={options.dataset!r}: no validation or test split to evaluate on")
         evaluation = datasets.load_dataset(*where, split=eval_split)
-        train, source = streams["train"], config.dataset
-        data_format = example_format(evaluation.column_names, config.text_column)
+        train, source = streams["train"], options.dataset
+        data_format = example_format(evaluation.column_names, options.text_column)
         if data_format is None:
-            raise DataProblem(f"dataset={config.dataset!r}: no 'text' column (give --text_column), nor instructions")
-    return TextData(train, evaluation, main_column(data_format, config.text_column), None, source, data_format)
+            raise DataProblem(f"dataset={options.dataset!r}: no 'text' column (give --text_column), nor instructions")
+    return TextData(train, evaluation, main_column(data_format, options.text_column), None, source, data_format)
 
 
 def blocks(data: TextData, tokenizer, length: int, encode_rows) -> datasets.IterableDataset:

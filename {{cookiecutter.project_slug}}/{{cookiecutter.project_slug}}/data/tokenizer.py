@@ -3,7 +3,7 @@
 from collections import Counter
 from pathlib import Path
 
-from ..config import TrainConfig
+from ..config.groups import DataOptions, ModelOptions
 from .formats import DataProblem
 from .hub import from_hub_or_folder
 from .sources import DEMO_FILES, rows, uses_files
@@ -51,16 +51,16 @@ def text_column_texts(row: dict, text_column: str | None) -> list[str]:
     return [value] if isinstance(value, str) else []
 
 
-def load_tokenizer(config: TrainConfig, demo: bool, row_texts=text_column_texts):
+def load_tokenizer(options: DataOptions, model: ModelOptions, demo: bool, row_texts=text_column_texts):
     """The model's tokenizer, or the demo's, built from the texts `row_texts(row, text_column)` finds in each row of the
     training file (the task's: a causal LM's instruction files hold prompts, completions and chat turns)."""
     if demo:
         # Built from the training texts it will read: the shipped demo's, or the user's own file.
-        path = Path(config.train_file) if uses_files(config) and config.train_file else DEMO_FILES["train"]
+        path = Path(options.train_file) if uses_files(options) and options.train_file else DEMO_FILES["train"]
         if not path.is_file():
             raise DataProblem(f"{path}: file not found")
-        texts = [text for _, row in rows(path) for text in row_texts(row, config.text_column)]
+        texts = [text for _, row in rows(path) for text in row_texts(row, options.text_column)]
         return train_demo_tokenizer(texts)
     from transformers import AutoTokenizer
 
-    return from_hub_or_folder(AutoTokenizer.from_pretrained, config.model_name_or_path)
+    return from_hub_or_folder(AutoTokenizer.from_pretrained, model.model_name_or_path)

@@ -8,15 +8,16 @@ a resume may trust is resume.py's, and what a resume with other settings does is
 
 import time
 
+from ..config.groups import CheckpointOptions
 from ..launch.processes import agree
 from . import checkpointing, resume
 from .resume_changes import apply_changes
 
 
-def facts(task_name: str, config, demo: bool, precision_report, parts) -> dict:
+def facts(task_name: str, learning_rate: float, precision_report, parts) -> dict:
     """What a checkpoint records beside the options: what they leave open, and the run's sizes."""
     return {"task": task_name, "stored_dtype": precision_report.stored["weights"],
-            "learning_rate": config.resolved_learning_rate(demo), "examples_per_step": parts.global_batch,
+            "learning_rate": learning_rate, "examples_per_step": parts.global_batch,
             "steps_per_epoch": parts.steps_per_epoch, "optimizer_steps": parts.optimizer_steps}
 
 
@@ -39,22 +40,22 @@ class SavePolicy:
 class Checkpoints:
     """Resumes at the start of the run, saves when due and after every epoch (unless --checkpoint false)."""
 
-    def __init__(self, accelerator, layout, config, say, guard, parts, settings: dict):
-        self.accelerator, self.layout, self.config, self.say = accelerator, layout, config, say
+    def __init__(self, accelerator, layout, options: CheckpointOptions, say, guard, parts, settings: dict):
+        self.accelerator, self.layout, self.options, self.say = accelerator, layout, options, say
         self.guard = guard  # the run's LossGuard: it reads the loss so far before a step checkpoint
         self.parts, self.settings = parts, settings  # settings: what every checkpoint records (resume.settings_of)
-        self.enabled = config.checkpoint
-        self.policy = SavePolicy(config.save_steps, config.save_minutes)
+        self.enabled = options.checkpoint
+        self.policy = SavePolicy(options.save_steps, options.save_minutes)
         self.last = None  # the newest checkpoint this run wrote
         self.written, self.seconds = 0, 0.0
         self._saved_at_step = None
 
     def on_fit_start(self, run) -> None:
-        if not self.config.resume:
+        if not self.options.resume:
             return
-        found = resume.choose(self.accelerator, self.config, self.settings, self.say)  # intact, settings it may continue
+        found = resume.choose(self.accelerator, self.options.output_dir, self.settings, self.say)  # intact, settings it may continue
         if found is None:
-            self.say(f"resume: no checkpoint in {self.config.output_dir}; starting from scratch")
+            self.say(f"resume: no checkpoint in {self.options.output_dir}; starting from scratch")
             return
         self.layout.load_state(self.accelerator, found)
         run.resume_at(checkpointing.read_progress(found))
@@ -81,7 +82,7 @@ class Checkpoints:
         # could hold non-finite weights (fault_tolerance/loss_guard.py).
         loss = self.guard.read(run) if inside_epoch else None
         self.last = checkpointing.save_checkpoint(
-            self.accelerator, self.config.output_dir, run.progress(loss), self.config.keep_checkpoints,
+            self.accelerator, self.options.output_dir, run.progress(loss), self.options.keep_checkpoints,
             self.layout.save_state, self.settings,
         )
         self.written += 1

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..config import ConfigError
+from ..config.groups import CheckpointOptions, ParallelismOptions
 from ..data.formats import DataProblem
 from ..data.hub import ModelUnavailable
 from ..launch.environment import local_rank
@@ -21,7 +22,7 @@ EARLIER_RUN = ("checkpoints", "metrics.jsonl", "report.json", "model")  # checkp
 RUN_OUTPUTS = (*EARLIER_RUN, "model-merged", "best-model", "curves.png", "confusion.png", "tensorboard", "profile")
 
 
-def claim(config, lock: RunLock) -> bool:
+def claim(options: CheckpointOptions, parallel: ParallelismOptions, lock: RunLock) -> bool:
     """Check output_dir before anything is written; True when it was not there (this run makes it).
 
     First the lock, read by every process: a folder that another run is using is refused, --overwrite_output_dir or
@@ -33,14 +34,14 @@ def claim(config, lock: RunLock) -> bool:
     --overwrite_output_dir, each host's first process removes the earlier run's results; the other processes
     wait for it at the rendezvous that follows, before anything of this run is written.
     """
-    hosts_may_share = config.parallelism == "fsdp" or os.environ.get("PJRT_DEVICE", "").upper() == "TPU"  # a pod
+    hosts_may_share = parallel.parallelism == "fsdp" or os.environ.get("PJRT_DEVICE", "").upper() == "TPU"  # a pod
     lock.check(hosts_may_share)
-    folder = Path(config.output_dir)
+    folder = Path(options.output_dir)
     found = [name for name in EARLIER_RUN if (folder / name).exists()]
-    if found and not config.resume:
-        if not config.overwrite_output_dir:
+    if found and not options.resume:
+        if not options.overwrite_output_dir:
             raise ConfigError(
-                f"output_dir={config.output_dir!r} holds an earlier run ({', '.join(found)}): --resume continues it, "
+                f"output_dir={options.output_dir!r} holds an earlier run ({', '.join(found)}): --resume continues it, "
                 "--overwrite_output_dir starts over (removes its results), or give another --output_dir"
             )
         if local_rank() == "0":
@@ -50,8 +51,8 @@ def claim(config, lock: RunLock) -> bool:
                     shutil.rmtree(path, ignore_errors=True)
                 else:
                     path.unlink(missing_ok=True)
-    made = check_writable(folder, config.report_path)
-    if config.parallelism == "fsdp":
+    made = check_writable(folder, options.report_path)
+    if parallel.parallelism == "fsdp":
         lock.deferred = True  # every host's process looks first until the hosts are known
     elif first_process():
         lock.take(hosts_may_share)

@@ -30,12 +30,11 @@ class ResumeRefused(CheckpointProblem):
     every_process = True
 
 
-def settings_of(config, facts: dict) -> dict:
-    """What a checkpoint records of its run: every option, and `facts` the options leave open (task, stored type)."""
-    from dataclasses import asdict
-
-    options = {name: value for name, value in asdict(config).items() if name not in NOT_SETTINGS}
-    return json.loads(json.dumps({**options, **facts}, default=str))  # plain JSON values, as read back
+def settings_of(options: dict, facts: dict) -> dict:
+    """What a checkpoint records of its run: every option (`options`: TrainConfig's flat names, as asdict gives them,
+    the names a checkpoint written before the options were grouped holds too), and `facts` the options leave open."""
+    kept = {name: value for name, value in options.items() if name not in NOT_SETTINGS}
+    return json.loads(json.dumps({**kept, **facts}, default=str))  # plain JSON values, as read back
 
 
 def read_settings(folder: Path) -> dict:
@@ -65,12 +64,12 @@ def candidates(output_dir, say) -> list[str]:
     return [path.name for path in ordered]
 
 
-def choose(accelerator, config, settings_now: dict, say) -> Path | None:
+def choose(accelerator, output_dir, settings_now: dict, say) -> Path | None:
     """The checkpoint to resume, checked on every process; None when output_dir holds none (start from scratch)."""
-    names = main_process_decides(accelerator, lambda: candidates(config.output_dir, say))
+    names = main_process_decides(accelerator, lambda: candidates(output_dir, say))
     passed_over = []
     for name in names:
-        folder = checkpointing.checkpoint_root(config.output_dir) / name
+        folder = checkpointing.checkpoint_root(output_dir) / name
         checkpointing.check_seen_everywhere(accelerator, folder, "resume: the checkpoint")
         problem = manifest.damage(accelerator, folder)
         if problem:
@@ -81,7 +80,7 @@ def choose(accelerator, config, settings_now: dict, say) -> Path | None:
         return folder
     if passed_over:
         raise ResumeRefused(
-            f"resume: no intact checkpoint in {checkpointing.checkpoint_root(config.output_dir)} "
+            f"resume: no intact checkpoint in {checkpointing.checkpoint_root(output_dir)} "
             f"({'; '.join(passed_over)}): --overwrite_output_dir starts over"
         )
     return None

@@ -79,7 +79,7 @@ def run_report(context: RunContext, prepared, run, watch=None, checkpoints=None)
     # The host's share of the step: on a TPU the chip waits while the host traces (watch/host_tracing.py).
     report["host_share_of_step"] = run.tracing.host_share(report["device"], report["steady_step_seconds"])
     report["config"].update(used_instead(context.demo, prepared.data.source, report["model"]))
-    report["lora"] = lora.report(config, layout.plain_model(accelerator))
+    report["lora"] = lora.report(config.model, layout.plain_model(accelerator))
     # Positions per example: one length only with fixed padding (blocks of it, for a language model).
     report["flops"] = flops.utilisation(
         layout.plain_model(accelerator), config.max_seq_length if config.padding == "fixed" else None,

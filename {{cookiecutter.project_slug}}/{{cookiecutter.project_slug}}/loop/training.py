@@ -6,6 +6,7 @@ shared-model pattern). It builds the run's context (context.py), parts (preparat
 callbacks (callbacks.py), runs `Loop.fit`, and writes the report (report.py) and the export (export.py).
 """
 
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -49,9 +50,9 @@ def training_function(model=None, config: TrainConfig | None = None) -> dict:
 def _training_function(model, config: TrainConfig, lock: run_lock.RunLock) -> dict:
     environment.check_stack()
     environment.check_tracker(config.report_to)
-    made_output_dir = output_folder.claim(config, lock)  # refused if in use or used; removed if this run is refused
-    level = precision.requested_level(config)
-    layout = layout_for(config)
+    made_output_dir = output_folder.claim(config.checkpoints, config.parallel, lock)  # refused if in use or used; removed if this run is refused
+    level = precision.requested_level(config.precision)
+    layout = layout_for(config.parallel, config.model)
     # All four must happen before the first tensor reaches an XLA device in this process.
     cache_dir = compilations.init_compilation_cache(f"{config.output_dir}/xla-cache") if config.compilation_cache else None
     analysis_file = None
@@ -82,7 +83,7 @@ def _training_function(model, config: TrainConfig, lock: run_lock.RunLock) -> di
     with compilations.counting_compilations() as compiled:
         context = RunContext(
             accelerator, layout, config, precision.realise(level, accelerator.device, config.kahan_summation),
-            say=processes.say_once(accelerator), demo=processes.main_process_decides(accelerator, lambda: wants_demo(config)),
+            say=processes.say_once(accelerator), demo=processes.main_process_decides(accelerator, lambda: wants_demo(config.data, config.model)),
         )
         report, tokenizer, data = _train(context, model, analysis_file, made_output_dir)
     report.update(
@@ -120,12 +121,13 @@ def _train(context: RunContext, model, analysis_file, made_output_dir: bool):
     with output_folder.removed_if_refused(config.output_dir, made_output_dir):
         parts = prepare(context, model)
     run = RunState(parts.steps_per_epoch, parts.global_batch, parts.epochs, parts.optimizer_steps, config.eval_steps)
-    guard = LossGuard(accelerator, precision_report.effective, config.resolved_learning_rate(demo), config.output_dir)
-    settings = resume.settings_of(config, facts(task.NAME, config, demo, precision_report, parts))
-    checkpoints = Checkpoints(accelerator, layout, config, say, guard, parts, settings)
+    learning_rate = config.resolved_learning_rate(demo)
+    guard = LossGuard(accelerator, precision_report.effective, learning_rate, config.output_dir)
+    settings = resume.settings_of(asdict(config), facts(task.NAME, learning_rate, precision_report, parts))
+    checkpoints = Checkpoints(accelerator, layout, config.checkpoints, say, guard, parts, settings)
     watching = devices.uses_xla(accelerator.device) and config.watch_compilations
     watch = GraphWatch(config.padding, config.max_recompilations, say, analysis_file) if watching else None
-    metrics = MetricsLog(accelerator, guard, config, parts.replicas, parts.steps_per_epoch)
+    metrics = MetricsLog(accelerator, guard, config.watch, asdict(config), parts.replicas, parts.steps_per_epoch)
     profile = None
     if config.profile_steps and not devices.uses_xla(accelerator.device):
         say("profile_steps: no XLA device in this run, so no trace (torch_xla's profiler traces XLA devices)")

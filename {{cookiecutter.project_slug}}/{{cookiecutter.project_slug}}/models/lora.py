@@ -16,40 +16,41 @@ base_model_name_or_path names that folder (absolute path).
 import copy
 from pathlib import Path
 
-from ..config import ConfigError, TrainConfig
+from ..config import ConfigError
+from ..config.groups import ModelOptions
 from ..tasks import task
 
 MERGED = "model-merged"  # beside OUTPUT_DIR/model
 BASE = "model-base"  # beside OUTPUT_DIR/model, for a base that cannot be loaded by name
 
 
-def enabled(config: TrainConfig) -> bool:
-    return config.lora_r is not None
+def enabled(options: ModelOptions) -> bool:
+    return options.lora_r is not None
 
 
-def lora_config(config: TrainConfig, target_modules=None):
+def lora_config(options: ModelOptions, target_modules=None):
     """peft's LoraConfig from the run's flags; unnamed targets are peft's default for the model type."""
     from peft import LoraConfig, TaskType
 
-    targets = config.lora_target_modules
+    targets = options.lora_target_modules
     return LoraConfig(
         # SEQ_CLS keeps the classifier head trainable and saved (modules_to_save: classifier / score).
         task_type=TaskType.CAUSAL_LM if task.NAME == "causal-lm" else TaskType.SEQ_CLS,
-        r=config.lora_r,
-        lora_alpha=config.resolved_lora_alpha,
-        lora_dropout=config.resolved_lora_dropout,
+        r=options.lora_r,
+        lora_alpha=options.resolved_lora_alpha,
+        lora_dropout=options.resolved_lora_dropout,
         target_modules=[name.strip() for name in targets.split(",") if name.strip()] if targets else target_modules,
     )
 
 
-def add_adapters(model, config: TrainConfig):
+def add_adapters(model, options: ModelOptions):
     """The model wrapped by peft (base frozen, adapters and head trainable), or the model itself without lora_r."""
-    if not enabled(config):
+    if not enabled(options):
         return model
     from peft import get_peft_model
 
     try:
-        return get_peft_model(model, lora_config(config))
+        return get_peft_model(model, lora_config(options))
     except ValueError as error:
         message = str(error)
         model_type = getattr(model.config, "model_type", None)
@@ -62,7 +63,7 @@ def add_adapters(model, config: TrainConfig):
         # names that match nothing, its NoMatchingPeftModuleError ("No modules were targeted for adaptation").
         if "not found in the base model" in message or type(error).__name__ == "NoMatchingPeftModuleError":
             raise ConfigError(
-                f"lora_target_modules={config.lora_target_modules!r}: no such layer in {type(model).__name__}; "
+                f"lora_target_modules={options.lora_target_modules!r}: no such layer in {type(model).__name__}; "
                 f"its linear layers include {', '.join(_linear_names(model)[:8])}"
             ) from error
         raise
@@ -92,15 +93,15 @@ def trainable_state(model, state: dict) -> dict:
     return {name: tensor for name, tensor in state.items() if name in names}
 
 
-def report(config: TrainConfig, model) -> dict | None:
+def report(options: ModelOptions, model) -> dict | None:
     """The report's `lora` field: the adapters' settings as peft resolved them (targets included)."""
-    if not enabled(config):
+    if not enabled(options):
         return None
     resolved = model.peft_config["default"]
     return {
         "r": resolved.r, "alpha": resolved.lora_alpha, "dropout": resolved.lora_dropout,
         "target_modules": sorted(resolved.target_modules), "modules_to_save": sorted(resolved.modules_to_save or []),
-        "merge_on_export": config.merge_lora,
+        "merge_on_export": options.merge_lora,
     }
 
 

@@ -11,9 +11,10 @@ same methods whichever it is, those of the written contract `Layout` (layout.py)
 """
 
 
-def layout_for(config):
-    """The layout object named by config.parallelism (checked by the config)."""
-    if config.parallelism == "fsdp":
+def layout_for(parallel, model):
+    """The layout named by parallel.parallelism (checked by the config), given the run's ParallelismOptions and
+    ModelOptions (config/groups.py): what it shards, and what of the model it recomputes and checkpoints."""
+    if parallel.parallelism == "fsdp":
         from .fsdp import FsdpV2 as layout
     else:
         from .data import DataParallel as layout
@@ -22,4 +23,4 @@ def layout_for(config):
 
     layout = streaming(layout)  # --streaming (streams.py)
 {%- endif %}
-    return layout(config)
+    return layout(parallel, model)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from ..config.groups import ModelOptions, ParallelismOptions
 from ..fault_tolerance.safe_loading import load_accelerate_file, refused_among
 from ..models.lora import trainable_state
 from ..models.modeling import enable_gradient_checkpointing
@@ -20,8 +21,8 @@ from .layout import Layout
 class DataParallel(Layout):
     name = "data"
 
-    def __init__(self, config):
-        self.config = config
+    def __init__(self, parallel: ParallelismOptions, model: ModelOptions):
+        self.options, self.model_options = parallel, model
         self.model = None
 
     def start(self) -> None:
@@ -29,7 +30,7 @@ class DataParallel(Layout):
 
     def wrap(self, model):
         """Unchanged: Accelerate's `prepare` moves the model to the device."""
-        if self.config.gradient_checkpointing:
+        if self.model_options.gradient_checkpointing:
             enable_gradient_checkpointing(model)
         return model
 
@@ -65,7 +66,7 @@ class DataParallel(Layout):
                 # Accelerate's XLA loader wrapper lacks `.dataset`, which its own save_state reads.
                 loader.dataset = original.dataset
         self.model = prepared[0]
-        if self.config.lora_r is not None:
+        if self.model_options.lora_r is not None:
             accelerator.register_save_state_pre_hook(_trained_weights_only)
         return prepared
 
@@ -113,7 +114,7 @@ class DataParallel(Layout):
             # not load random states" at info level and goes on): a refused one must stop the run.
             load_accelerate_file(states_file, map_location="cpu")
         # A LoRA checkpoint holds the trained weights only; the frozen base is already in place (built as before).
-        strict = {} if self.config.lora_r is None else {"strict": False}
+        strict = {} if self.model_options.lora_r is None else {"strict": False}
         try:
             accelerator.load_state(str(folder), **strict)
         except pickle.UnpicklingError:  # torch's weights-only refusal, which names no file

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..config import ConfigError
+from ..config.groups import ModelOptions, ParallelismOptions
 from ..launch import hosts
 from ..launch.processes import barrier, is_main
 from ..xla import runtime, sharding
@@ -29,8 +30,8 @@ from .layout import Layout
 class FsdpV2(Layout):
     name = "fsdp"
 
-    def __init__(self, config):
-        self.config = config
+    def __init__(self, parallel: ParallelismOptions, model: ModelOptions):
+        self.options, self.model_options = parallel, model
         self.mesh = self.host = None
         self.model = self.optimizer = self.scheduler = None
 
@@ -74,7 +75,8 @@ class FsdpV2(Layout):
 
     def wrap(self, model):
         """FSDPv2 around each repeated layer, then around the whole model (which moves it to the devices)."""
-        self.model = wrap_model(model, self.mesh, self.config.fsdp_layer_class, self.config.gradient_checkpointing)
+        self.model = wrap_model(model, self.mesh, self.options.fsdp_layer_class,
+                                self.model_options.gradient_checkpointing)
         return self.model
 
     # -- optimizer, scheduler, loaders -------------------------------------------------------------
@@ -85,7 +87,9 @@ class FsdpV2(Layout):
         Not `accelerator.prepare`: under SPMD it sees one process and would copy every batch whole to
         every chip, and its optimizer wrapper would add an all-reduce that FSDPv2 does not need.
         """
-        train_loader = self._host_side(train_loader, use_seedable_sampler=True, data_seed=self.config.seed)
+        # The run's seed, as the run's Accelerator holds it (data/batching.shuffle_config): the data layout's shuffle too.
+        seed = accelerator.dataloader_config.data_seed
+        train_loader = self._host_side(train_loader, use_seedable_sampler=True, data_seed=seed)
         eval_loader = self._host_side(eval_loader)
         self.optimizer, self.scheduler = optimizer, scheduler
         return model, optimizer, train_loader, eval_loader, scheduler

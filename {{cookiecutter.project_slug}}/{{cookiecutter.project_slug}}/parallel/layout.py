@@ -16,7 +16,8 @@ from pathlib import Path
 
 
 class Layout(ABC):
-    """Where a run's model, optimizer state and batches live; made from the run's TrainConfig (`Layout(config)`)."""
+    """Where a run's model, optimizer state and batches live; made from the run's ParallelismOptions and
+    ModelOptions (config/groups.py: `Layout(config.parallel, config.model)`)."""
 
     name: str  # the --parallelism value that chooses it (config/defaults.py's PARALLELISMS)
 

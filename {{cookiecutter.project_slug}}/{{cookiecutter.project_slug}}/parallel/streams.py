@@ -8,9 +8,16 @@ nothing is skipped.
 
 from pathlib import Path
 
+from torch.utils.data import DataLoader
+
 from ..xla.device import uses_xla
 from .data import DataParallel
 from .fsdp import FsdpV2
+
+
+def is_stream(train_loader) -> bool:
+    """--streaming: the task's train loader is data/streaming.py's StreamLoader, a torch DataLoader otherwise."""
+    return not isinstance(train_loader, DataLoader)
 
 
 class Streams:
@@ -53,7 +60,7 @@ class DataStreams(Streams, DataParallel):
         return accelerator.process_index, accelerator.num_processes
 
     def prepare(self, accelerator, model, optimizer, train_loader, eval_loader, scheduler):
-        if self.config.streaming:
+        if is_stream(train_loader):
             # Accelerate's prepare hands back what is no DataLoader as it is: the stream is never dispatched from the
             # main process. Its batches go to the device in train_batches.
             self.stream = train_loader.read_by(*self.reader(accelerator))
@@ -77,7 +84,7 @@ class FsdpStreams(Streams, FsdpV2):
         return self.host.index, self.host.count
 
     def prepare(self, accelerator, model, optimizer, train_loader, eval_loader, scheduler):
-        if not self.config.streaming:
+        if not is_stream(train_loader):
             return super().prepare(accelerator, model, optimizer, train_loader, eval_loader, scheduler)
         self.stream = train_loader.read_by(*self.reader(accelerator))  # not a host-side loader of Accelerate's
         self.optimizer, self.scheduler = optimizer, scheduler

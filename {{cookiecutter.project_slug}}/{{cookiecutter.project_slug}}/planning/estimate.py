@@ -93,27 +93,29 @@ def state_bytes(model, recipe: Recipe, chips: int) -> dict:
     return {"weights": weights, "gradients": gradients, "optimizer_state": optimizer}
 
 
-def has_dropout(config) -> bool:
+def has_dropout(model_config) -> bool:
     """Any dropout probability above 0 in the model's config (BERT's hidden and attention dropout; Qwen2 has 0)."""
-    return any("dropout" in key and isinstance(value, float) and value > 0 for key, value in config.to_dict().items())
+    settings = model_config.to_dict().items()
+    return any("dropout" in key and isinstance(value, float) and value > 0 for key, value in settings)
 
 
-def activation_bytes(config, recipe: Recipe, chips: int = 1, per_chip_batch: int | None = None,
+def activation_bytes(model_config, recipe: Recipe, chips: int = 1, per_chip_batch: int | None = None,
                      checkpointing: bool | None = None) -> int:
     """What the forward pass keeps for the backward one, per chip, at this batch."""
-    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    model_config = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
     rows = recipe.per_chip_batch if per_chip_batch is None else per_chip_batch
     checkpointing = recipe.gradient_checkpointing if checkpointing is None else checkpointing
     tokens = rows * recipe.length
-    hidden, layers = config.hidden_size, config.num_hidden_layers
-    feed_forward = getattr(config, "intermediate_size", None) or 4 * hidden
-    masks = DROPOUT_BYTES * (config.num_attention_heads * recipe.length + hidden) if has_dropout(config) else 0
+    hidden, layers = model_config.hidden_size, model_config.num_hidden_layers
+    feed_forward = getattr(model_config, "intermediate_size", None) or 4 * hidden
+    heads = model_config.num_attention_heads
+    masks = DROPOUT_BYTES * (heads * recipe.length + hidden) if has_dropout(model_config) else 0
     if recipe.layout == "fsdp" and chips > 1:
         masks *= 1 + FSDP_DROPOUT_COPIES
     layer = tokens * (PER_WIDTH[recipe.compute] * (hidden + feed_forward) + masks)
     # Checkpointed: each layer's input (the residual stream, float32 unless the weights are bf16) and one layer.
     kept = layers * layer if not checkpointing else layers * tokens * hidden * recipe.weight_bytes + layer
-    logits = tokens * config.vocab_size * LOGIT_BYTES[recipe.compute] if recipe.causal_lm else 0
+    logits = tokens * model_config.vocab_size * LOGIT_BYTES[recipe.compute] if recipe.causal_lm else 0
     return int(kept + logits)
 
 

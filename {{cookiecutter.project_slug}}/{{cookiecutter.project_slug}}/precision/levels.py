@@ -24,7 +24,8 @@ from types import MethodType
 
 import torch
 
-from ..config import PURE_BF16_CHOICES, ConfigError, TrainConfig, UserError
+from ..config import PURE_BF16_CHOICES, ConfigError, UserError
+from ..config.groups import PrecisionOptions
 from ..xla import precision as xla_precision
 from ..xla.device import uses_xla
 from ..xla.precision import lowered_types  # noqa: F401  (part of this module's interface: the graph check)
@@ -96,23 +97,23 @@ def _launcher_request() -> str | None:
     return None
 
 
-def requested_level(config: TrainConfig) -> str:
+def requested_level(options: PrecisionOptions) -> str:
     """The level asked for: train.py's flags, else the launcher's settings, else the baked answers."""
     launcher = _launcher_request()
     mixed = (
-        config.mixed_precision
+        options.mixed_precision
         or os.environ.get("ACCELERATE_MIXED_PRECISION")
         or ("bf16" if launcher else BAKED_MIXED_PRECISION)
     )
     if mixed not in ("bf16", "no"):
         raise ConfigError(f"mixed_precision={mixed!r}: must be bf16 or no (TPUs do not take fp16)")
-    pure = config.pure_bf16 or launcher or (BAKED_PURE_BF16 if mixed == "bf16" else "no")
+    pure = options.pure_bf16 or launcher or (BAKED_PURE_BF16 if mixed == "bf16" else "no")
     if pure not in PURE_BF16_CHOICES:
         raise ConfigError(f"pure_bf16={pure!r}: must be one of {', '.join(PURE_BF16_CHOICES)}")
-    if mixed == "no" and pure != "no" and (config.pure_bf16 or config.mixed_precision is None):
+    if mixed == "no" and pure != "no" and (options.pure_bf16 or options.mixed_precision is None):
         raise ConfigError(f"pure_bf16={pure!r} needs mixed_precision=bf16 (float32 was asked for)")
     level = "fp32" if mixed == "no" else ("bf16" if pure == "no" else f"pure-bf16-{pure}")
-    if config.kahan_summation and not level.startswith("pure-"):
+    if options.kahan_summation and not level.startswith("pure-"):
         raise ConfigError(
             f"kahan_summation=True: only with pure bf16 weights (--pure_bf16 xla, downcast or cast); "
             f"the {level} level keeps float32 weights, which keep every update already"

@@ -24,6 +24,10 @@ for every task; a task module gives them:
   after_export(report, tokenizer, data, config) -> adds to the report from the exported model; what to print, or None
   AUTO_MODEL                      -> the transformers Auto class that loads an exported model
 
+`config` is the run's whole TrainConfig: a task joins its data, its model and the run's batches and seed, so it reads
+across the groups of config/groups.py; what it hands below, to data/ and models/, is the one group each reads
+(`config.data`, `config.model`).
+
 This project was generated for one task: {{ cookiecutter.task }} ({{ cookiecutter.task | replace('-', '_') }}.py).
 """
 

@@ -68,8 +68,8 @@ def pack_examples(examples, length: int, pad_id: int, train: bool) -> datasets.D
 def load_examples(config: TrainConfig, demo: bool):
     """(data, tokenizer, train examples, eval examples): packed blocks, or one text per row for the other paddings."""
     # --streaming: the train split a stream, read as it trains (data/streaming.py); the eval set as without it.
-    data = streaming.load_data(config, demo) if config.streaming else instruction_formats.load_data(config, demo)
-    tokenizer = load_tokenizer(config, demo, row_texts)  # an instruction file's prompts, completions and turns too
+    data = (streaming if config.streaming else instruction_formats).load_data(config.data, demo)
+    tokenizer = load_tokenizer(config.data, config.model, demo, row_texts)  # an instruction file's prompts, completions and turns too
     if tokenizer.eos_token is None:  # the demo's WordPiece tokenizer: its separator ends a text
         tokenizer.eos_token = tokenizer.sep_token
     if tokenizer.pad_token is None:  # Llama-style tokenizers have none; padding is masked anyway

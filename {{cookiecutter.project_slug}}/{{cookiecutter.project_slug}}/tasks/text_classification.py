@@ -89,8 +89,8 @@ def loss_covers(data_format: str) -> str:
 
 def load_examples(config: TrainConfig, demo: bool):
     """(data, tokenizer, train examples, eval examples), tokenized without padding (the collator pads)."""
-    data = load_text_data(config, demo, config.text_pair_column, label_checks(config.label_column, config.num_labels))
-    tokenizer = load_tokenizer(config, demo)
+    data = load_text_data(config.data, demo, config.text_pair_column, label_checks(config.label_column, config.num_labels))
+    tokenizer = load_tokenizer(config.data, config.model, demo)
     encode = (tokenizer, data.text_column, data.text_pair_column, config.label_column, config.max_seq_length,
               config.preprocessing_num_workers)
     train_examples = tokenize(data.train, *encode)

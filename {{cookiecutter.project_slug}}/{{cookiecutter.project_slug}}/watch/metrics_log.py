@@ -24,6 +24,7 @@ import threading
 import time
 from pathlib import Path
 
+from ..config.groups import WatchOptions
 from ..fault_tolerance.loss_guard import BAD, LOSS, STEPS
 from ..launch import processes
 from ..precision.fixed_point import from_fixed
@@ -76,15 +77,16 @@ class MetricsLog:
     """Every `every` optimizer steps: the window's mean loss, the learning rate, the gradient norm before clipping, and
     examples and tokens per second per chip; each evaluation's metrics too."""
 
-    def __init__(self, accelerator, guard, config, chips: int, steps_per_epoch: int):
-        self.accelerator, self.guard, self.every = accelerator, guard, config.logging_steps
-        output_dir = config.output_dir
+    def __init__(self, accelerator, guard, watch: WatchOptions, options: dict, chips: int, steps_per_epoch: int):
+        """`options`: every option of the run by its flat name (asdict of its TrainConfig), output_dir among them."""
+        self.accelerator, self.guard, self.every = accelerator, guard, watch.logging_steps
+        output_dir = options["output_dir"]
         # What a tracker stores as the run's hyperparameters: the options that have a value of a plain type.
-        self.tracked_config = {key: value for key, value in vars(config).items() if isinstance(value, (bool, int, float, str))}
+        self.tracked_config = {key: value for key, value in options.items() if isinstance(value, (bool, int, float, str))}
         self.path = Path(output_dir) / METRICS_FILE
         # Accelerate gives every tracker one name: TensorBoard's folder under OUTPUT_DIR (outputs/tensorboard), and the
         # project of a wandb or trackio run, which is this package's name.
-        self.tracker_project = "tensorboard" if config.report_to == "tensorboard" else __package__.split(".")[0]
+        self.tracker_project = "tensorboard" if watch.report_to == "tensorboard" else __package__.split(".")[0]
         self.chips, self.steps_per_epoch = chips, steps_per_epoch
         self.main = processes.is_main(accelerator)
         self.reads = HostReads() if self.main and self.every else None
