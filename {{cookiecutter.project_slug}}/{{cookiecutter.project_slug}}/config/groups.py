@@ -148,7 +148,7 @@ class EvaluationOptions:
 {%- endif %}
 
 
-# By the name of TrainConfig's property that hands each out.
+# By the name of TrainConfig's attribute that hands each out.
 GROUPS = {
     "data": DataOptions, "model": ModelOptions, "optimizer": OptimizerOptions, "precision": PrecisionOptions,
     "parallel": ParallelismOptions, "checkpoints": CheckpointOptions, "watch": WatchOptions,
@@ -161,41 +161,21 @@ def slice_of(config, group: type):
     return group(**{option.name: getattr(config, option.name) for option in fields(group)})
 
 
-class Grouped:
-    """TrainConfig's base: a property per group, each made from the config's current values when read."""
+class _Slice:
+    """A read-only attribute of TrainConfig: its group, made from the config's current values each time it is read."""
 
-    @property
-    def data(self) -> DataOptions:
-        return slice_of(self, DataOptions)
+    def __init__(self, group: type):
+        self.group = group
 
-    @property
-    def model(self) -> ModelOptions:
-        return slice_of(self, ModelOptions)
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
 
-    @property
-    def optimizer(self) -> OptimizerOptions:
-        return slice_of(self, OptimizerOptions)
+    def __get__(self, config, owner=None):
+        return self if config is None else slice_of(config, self.group)
 
-    @property
-    def precision(self) -> PrecisionOptions:
-        return slice_of(self, PrecisionOptions)
+    def __set__(self, config, value) -> None:
+        raise AttributeError(f"{self.name} is read-only: set the option itself (config.<option> = value)")
 
-    @property
-    def parallel(self) -> ParallelismOptions:
-        return slice_of(self, ParallelismOptions)
 
-    @property
-    def checkpoints(self) -> CheckpointOptions:
-        return slice_of(self, CheckpointOptions)
-
-    @property
-    def watch(self) -> WatchOptions:
-        return slice_of(self, WatchOptions)
-
-    @property
-    def training(self) -> TrainingOptions:
-        return slice_of(self, TrainingOptions)
-
-    @property
-    def evaluation(self) -> EvaluationOptions:
-        return slice_of(self, EvaluationOptions)
+# TrainConfig's base: one attribute per group of GROUPS (not dataclass fields: no flag, notebook field or setting).
+Grouped = type("Grouped", (), {name: _Slice(group) for name, group in GROUPS.items()})
