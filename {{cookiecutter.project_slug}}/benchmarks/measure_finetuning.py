@@ -60,7 +60,9 @@ def fine_tuning_rate() -> float:
 
 def _quiet_run(**settings) -> TrainConfig:
     """What every run here shares: no checkpoints, no persistent cache (each run compiles its own graphs)."""
-    return TrainConfig(checkpoint=False, compilation_cache=False, export=True, **settings)
+    # The lazy step at every level: the XLA bf16 levels and Kahan summation take it anyway (config/step_function.py),
+    # so the levels differ in their precision only.
+    return TrainConfig(checkpoint=False, compilation_cache=False, export=True, step_function="lazy", **settings)
 
 
 def _cpu_seconds() -> float:

@@ -78,18 +78,16 @@ def test_the_data_commands_parse_and_their_files_pass_the_checks(role):
     assert data.source == "files" and len(train) and len(evaluation)
 
 
-def test_the_tpu_command_launches_one_process_per_chip_or_host_as_the_layout_says():
+def test_the_tpu_command_is_one_process_per_host_and_the_per_chip_launcher_is_accelerate_s():
+    """Both layouts: on a TPU VM one process drives every chip (SPMD), as the first screen says. The data layout's
+    other launcher, one process per chip, is an Accelerate config of the XLA kind."""
     from accelerate.commands.config.config_args import load_config_from_file
-    from accelerate.commands.launch import launch_command_parser
     from accelerate.utils import DistributedType
 
     variables, argv = first_screen()["on a TPU"]
     assert variables == {"PJRT_DEVICE": "TPU"}
     launcher, _ = entry_flags(argv)
-    if LAYOUT == "fsdp":  # one process per host drives its chips (SPMD): no launcher
-        assert launcher[0] == "python"
-        return
-    assert launcher[:2] == ["accelerate", "launch"]
-    arguments = launch_command_parser().parse_args(launcher[2:])
-    config = load_config_from_file(str(PROJECT / arguments.config_file))
-    assert config.distributed_type == DistributedType.XLA, arguments.config_file
+    assert launcher[0] == "python", launcher
+    if LAYOUT == "data":
+        assert "accelerate launch --config_file configs/tpu-vm.yaml" in (PROJECT / "README.md").read_text()
+        assert load_config_from_file(str(PROJECT / "configs" / "tpu-vm.yaml")).distributed_type == DistributedType.XLA

@@ -188,6 +188,40 @@ def test_dropout_draws_a_new_mask_each_step_and_the_same_masks_from_the_same_see
     assert not set(found["other"]) & set(first)
 
 
+CHECKPOINTED = COMMON + """
+import jax
+from {{ cookiecutter.project_slug }}.models.modeling import enable_gradient_checkpointing
+
+arch = sys.argv[1]
+recomputed = []
+checkpoint = jax.checkpoint
+jax.checkpoint = lambda function, **options: recomputed.append(1) or checkpoint(function, **options)
+SHAPE["num_hidden_layers"] = 2
+found = {}
+for checkpointed in (False, True):
+    model = build(arch, dropout=0.1)
+    if checkpointed:
+        enable_gradient_checkpointing(model)  # transformers' switch and torch_xla's checkpoint, as the run sets them
+    torch.manual_seed(3)  # the dropout masks' seed (jax_step.py)
+    found[checkpointed], _, _, _ = train(arch, whole=True, steps=5, model=model)
+print(json.dumps({"plain": found[False], "checkpointed": found[True], "recomputed": len(recomputed)}))
+"""
+
+
+@pytest.mark.xla
+@pytest.mark.parametrize("arch", ["bert", "qwen2"])
+def test_gradient_checkpointing_recomputes_each_layer_with_the_same_dropout_masks(arch):
+    """--gradient_checkpointing in the JAX step: each of the 2 layers runs under jax.checkpoint (its activations
+    recomputed in the backward pass), and with dropout on the 5 steps' losses and norms are those of the step without
+    it: the recomputation draws the forward's masks, and the forward draws the masks it draws unchecked."""
+    found = json.loads(run(python_code(CHECKPOINTED, arch), timeout=600).stdout.strip().splitlines()[-1])
+    assert found["recomputed"] == 2, found
+    plain, checkpointed = found["plain"], found["checkpointed"]
+    assert plain["losses"][0] != plain["losses"][-1]
+    for a, b in zip(plain["losses"] + plain["norms"], checkpointed["losses"] + checkpointed["norms"], strict=True):
+        assert relative(a, b) <= 1e-6, (plain, checkpointed)
+
+
 LORA = COMMON + """
 from peft import LoraConfig, TaskType, get_peft_model
 
@@ -279,7 +313,10 @@ from {{ cookiecutter.project_slug }}.parallel.fsdp_wrapping import wrap_model
 from {{ cookiecutter.project_slug }}.xla import sharding
 
 mesh = sharding.start_spmd("fsdp")
-model = wrap_model(build("bert"), mesh, None, False)  # FSDPv2 around each layer and the whole model
+if sys.argv[1] == "fsdp":
+    model = wrap_model(build("bert"), mesh, None, False)  # FSDPv2 around each layer and the whole model
+else:  # the data layout over SPMD (parallel/data_spmd.py): the whole model on every device
+    model = build("bert").to(torch_xla.device())
 
 
 def specs(tensors):
@@ -295,14 +332,21 @@ print(json.dumps({**found, "before": before, "after": specs(model.parameters()),
 
 
 @pytest.mark.xla
-def test_fsdp_v2_keeps_every_sharding_and_trains_as_one_device():
-    """FSDPv2 (the fsdp layout's wrapping) on 4 SPMD CPU devices: every weight sharded before the step keeps its
-    sharding after ten steps, AdamW's moments are sharded as their weights, and the losses and norms are one
-    device's (the BERT run of the equivalence fixture: same init, batches and schedule) within 1e-6 relative."""
+@pytest.mark.parametrize("layout", ["fsdp", "data"])
+def test_both_layouts_keep_every_sharding_and_train_as_one_device(layout):
+    """4 SPMD CPU devices, each batch split over them. fsdp (FSDPv2's wrapping): every weight sharded before the step
+    keeps its sharding after ten steps. data over SPMD (parallel/data_spmd.py): every weight replicated, before and
+    after. In both AdamW's moments are laid out as their weights, and the losses and norms are one device's (the
+    BERT run of the equivalence fixture: same init, batches and schedule) within 1e-6 relative: under data the
+    partitioner's all-reduce averages the gradients that several processes could not (config/step_function.py)."""
     one_device = equivalence_run("bert")
-    found = json.loads(run(python_code(FSDP), env=spmd_env(4), timeout=600).stdout.strip().splitlines()[-1])
-    assert sum("devices=[4" in spec for spec in found["before"]) >= len(found["before"]) // 2, found["before"]
-    assert found["after"] == found["before"] == found["exp_avg"] == found["exp_avg_sq"]
+    found = json.loads(run(python_code(FSDP, layout), env=spmd_env(4), timeout=600).stdout.strip().splitlines()[-1])
+    if layout == "fsdp":
+        assert sum("devices=[4" in spec for spec in found["before"]) >= len(found["before"]) // 2, found["before"]
+    else:
+        assert set(found["after"]) == {"{replicated}"}, set(found["after"])
+    assert found["after"] == found["exp_avg"] == found["exp_avg_sq"]
+    assert layout == "data" or found["after"] == found["before"]
     assert found["compiled"][1:] == [0] * 9
     single = one_device["whole"]
     for a, b in zip(single["losses"] + single["norms"], found["losses"] + found["norms"], strict=True):

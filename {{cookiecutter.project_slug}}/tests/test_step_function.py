@@ -1,14 +1,17 @@
-"""--step_function jax in whole runs: the step as one JAX function (xla/jax_step.py) trains at the bake's precision,
-adds no graph, resumes bit for bit and keeps FSDPv2's shardings; what it cannot do is refused in one line.
+"""The step a run takes (config/step_function.py). By default (auto) the whole step as one JAX function (xla/jax_step.py)
+wherever it can run: it trains at the bake's precision, adds no graph, resumes bit for bit, runs on 4 SPMD devices in
+either layout; where it cannot run auto takes the lazy step and says why, and an explicit jax is refused in one line.
 
 Its equivalence to the lazy step (losses and weights, dropout masks, LoRA, shardings) is tests/test_jax_step.py's.
 """
 
+import importlib.util
 import json
 
 import pytest
 import torch
 from conftest import (
+    PARALLELISM,
     assert_same_weights_and_optimizer_state,
     python_command,
     quick,
@@ -21,9 +24,9 @@ from conftest import (
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig, step_function
 
 # At the bake's precision (bf16 autocast by default), dropout on: as users run it.
+# The default step (auto): the JAX one on an XLA device.
 JAX_RUN = ["--demo", "true", "--max_seq_length", "32", "--max_train_examples", "64", "--num_epochs", "1",
-           "--train_batch_size", "8", "--compilation_cache", "false", "--max_recompilations", "0",
-           "--step_function", "jax"]
+           "--train_batch_size", "8", "--compilation_cache", "false", "--max_recompilations", "0"]
 
 
 @pytest.mark.xla
@@ -49,39 +52,48 @@ def test_the_jax_step_trains_adds_no_graph_and_resumes_bit_for_bit(tmp_path):
 
 @pytest.mark.xla
 @pytest.mark.slow
-@pytest.mark.layout("fsdp")
-@pytest.mark.machinery  # the same sharding for both tasks' models (test_jax_step.py compares BERT's with one device)
-def test_the_jax_step_under_fsdp_keeps_the_shards_and_adds_no_graph(tmp_path):
-    report, _ = train(tmp_path, *quick("--parallelism", "fsdp", "--train_batch_size", "4"), "--step_function", "jax",
-                      env=spmd_env(4))
-    assert report["layout"]["devices"] == 4
-    assert report["xla_compilations"] <= 2 and report["recompilations"] == 0
-    # The weights and AdamW's moments came back from the JAX function still split over the 4 devices.
+def test_the_default_step_is_the_jax_one_on_four_spmd_devices_in_the_baked_layout(tmp_path):
+    """What a default bake's train.py does on a host of 4 chips, started as one process (`python train.py`): the whole
+    step as one JAX function, said on its first line; under fsdp the weights and moments stay split over the devices,
+    under data (parallel/data_spmd.py) each device holds them whole and a quarter of every batch; no graph added."""
+    report, result = train(tmp_path, *quick("--train_batch_size", "4"), env=spmd_env(4))
+    assert "step_function: jax (the whole step as one JAX function)" in result.stdout
+    assert report["step_function"] == "jax" and report["step_function_why"] is None
     layout = report["layout"]
-    assert layout["optimizer_bytes_per_device"] < 0.5 * layout["optimizer_bytes"]
-    assert layout["parameter_bytes_per_device"] < 0.5 * layout["parameter_bytes"]
+    assert layout["parallelism"] == PARALLELISM and layout["devices"] == 4 and report["num_processes"] == 1
+    assert report["train_batch"]["global"] == 16 and report["xla_compilations"] <= 2 and report["recompilations"] == 0
+    if PARALLELISM == "fsdp":  # the weights and AdamW's moments came back from the JAX function still split
+        assert layout["optimizer_bytes_per_device"] < 0.5 * layout["optimizer_bytes"]
+        assert layout["parameter_bytes_per_device"] < 0.5 * layout["parameter_bytes"]
+    else:
+        assert layout["parameter_bytes_by_device"] == [layout["parameter_bytes"]] * 4
+    assert "libtpu" not in result.stderr and "TPU_WORKER_HOSTNAMES" not in result.stderr  # jax lowers for the CPU here
+
+
+ALONE = {"on_xla": True, "layout": "fsdp", "processes": 1, "hosts": 1}
 
 
 @pytest.mark.parametrize(("settings", "refusal"), [
     ({"gradient_accumulation_steps": 2}, "gradient_accumulation_steps=1"),
     ({"optim": "adafactor"}, "optim=adamw"),
     ({"pure_bf16": "xla"}, "pure_bf16=cast or no"),
-    ({"gradient_checkpointing": True}, "gradient_checkpointing off"),
 ])
 def test_what_the_jax_step_cannot_do_is_refused(settings, refusal):
     with pytest.raises(ConfigError, match=refusal):
         TrainConfig(step_function="jax", **settings)
-    with pytest.raises(ConfigError, match="step_function='eager': must be one of lazy, jax"):
+    with pytest.raises(ConfigError, match="step_function='eager': must be one of auto, jax, lazy"):
         TrainConfig(step_function="eager")
     # The same list is plan.py's --compile's: a lazy run's settings are asked too.
     assert list(step_function.whole_step_refusals(TrainConfig(**settings))) == [next(iter(settings))]
-
-
-ALONE = {"on_xla": True, "layout": "fsdp", "processes": 1, "hosts": 1}
+    # The default, auto, takes the lazy step instead and says why, in the refusal's words.
+    auto = TrainConfig(**settings)
+    assert auto.step_function == "auto"
+    chosen = step_function.choose(auto, step_function.Found(**ALONE))
+    assert (chosen.name, chosen.why.startswith("the JAX step")) == ("lazy", True) and refusal in chosen.why
 
 
 @pytest.mark.parametrize(("found", "refusal"), [
-    ({"layout": "data", "processes": 2}, "parallelism='data' runs in one process only"),
+    ({"layout": "data", "processes": 2}, "parallelism='data' takes one process per host"),
     ({"hosts": 2}, "runs on one host for now"),
     ({"on_xla": False}, "needs an XLA device"),
 ])
@@ -92,7 +104,13 @@ def test_what_the_run_finds_as_it_prepares_is_refused_too(found, refusal):
     assert set(step_function.whole_step_refusals(jax, step_function.Found(**ALONE))) <= {"jax"}
     with pytest.raises(ConfigError, match=refusal):
         step_function.check(jax, step_function.Found(**{**ALONE, **found}))
-    step_function.check(TrainConfig(), step_function.Found(**{**ALONE, **found}))  # the lazy step: nothing refused
+    lazy = TrainConfig(step_function="lazy")
+    assert step_function.choose(lazy, step_function.Found(**{**ALONE, **found})) == step_function.Choice(False)
+    # auto, the default: the lazy step, the same reason said
+    chosen = step_function.choose(TrainConfig(), step_function.Found(**{**ALONE, **found}))
+    assert not chosen.whole and refusal in chosen.why
+    if importlib.util.find_spec("jax") and importlib.util.find_spec("flax"):
+        assert step_function.choose(TrainConfig(), step_function.Found(**ALONE)) == step_function.Choice(True)
 
 
 @pytest.mark.slow

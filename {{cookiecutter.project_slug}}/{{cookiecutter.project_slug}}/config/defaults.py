@@ -28,8 +28,9 @@ SCHEDULES = ("linear", "cosine", "constant", "constant_with_warmup")
 # Optimizers (loop/optimizers.py): the project's AdamW (adamw.py), or transformers' Adafactor (factored: fewer bytes).
 OPTIMIZERS = ("adamw", "adafactor")
 # How a training step reaches XLA (loop/step.py): traced op by op every step (lazy), or one JAX function traced once
-# (jax: xla/jax_step.py, needs jax; the default AdamW without accumulation, one process per host).
-STEP_FUNCTIONS = ("lazy", "jax")
+# (jax: xla/jax_step.py, needs jax; the default AdamW without accumulation, one process per host); auto, the default,
+# takes jax wherever it can run and says why where it cannot (config/step_function.py).
+STEP_FUNCTIONS = ("auto", "jax", "lazy")
 # --metric_for_best_model: the eval metrics a best evaluation is chosen by (eval_ prefix allowed), each with whether a
 # greater value is better (transformers derives it from a name ending in "loss"; a perplexity is lower-is-better too).
 {%- if cookiecutter.task == "causal-lm" %}

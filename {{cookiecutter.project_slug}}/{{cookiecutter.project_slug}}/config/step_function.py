@@ -1,9 +1,10 @@
 """--step_function: which step a run takes, and what the whole JAX step cannot do, decided here and nowhere else.
 
 lazy traces every operation in Python every step (loop/step.py); jax traces the whole step once as one JAX function
-(xla/jax_step.py) and replays it. What the JAX step cannot do is one list, `whole_step_refusals`, asked three times:
-by TrainConfig's checks as it is made (the settings alone), by the run's preparation once the device, the layout and
-the processes are known (loop/preparation.py), and by plan.py's --compile, which compiles the same function.
+(xla/jax_step.py) and replays it. auto, the default, is jax wherever it can run, else lazy with the reason said.
+What the JAX step cannot do is one list, `whole_step_refusals`, asked three times: by TrainConfig's checks as it is made
+(the settings alone), by the run once the device, the layout and the processes are known (`choose`,
+loop/training.py), and by plan.py's --compile, which compiles the same function.
 """
 
 import importlib.util
@@ -12,9 +13,16 @@ from dataclasses import dataclass
 from .defaults import STEP_FUNCTIONS, ConfigError
 
 
-def takes_whole_step(config) -> bool:
-    """True when the run's step is the whole JAX function (--step_function jax), False for the lazy step."""
-    return config.step_function == "jax"
+@dataclass(frozen=True)
+class Choice:
+    """The step a run takes: `whole` for the JAX function, and why the lazy one where auto could not take it."""
+
+    whole: bool
+    why: str | None = None  # auto's reason for the lazy step (the first refusal); None when asked for or whole
+
+    @property
+    def name(self) -> str:
+        return "jax" if self.whole else "lazy"
 
 
 @dataclass(frozen=True)
@@ -31,7 +39,7 @@ def whole_step_refusals(config, found: Found | None = None) -> dict[str, str]:
     """Why the whole JAX step cannot run `config` (and, given `found`, this run): the setting or fact each reason is
     about, and the one line that says it, in the order they are said; empty when it can run.
 
-    Whatever config.step_function says: plan.py compiles the JAX step for a lazy run too.
+    Whatever config.step_function says: plan.py compiles the JAX step for a lazy run too, and auto asks it.
     """
     refusals = {}
     if config.optim != "adamw" or config.kahan_summation:
@@ -41,8 +49,6 @@ def whole_step_refusals(config, found: Found | None = None) -> dict[str, str]:
     if config.pure_bf16 not in (None, "no", "cast"):
         refusals["pure_bf16"] = (f"step_function='jax' with pure_bf16={config.pure_bf16!r}: XLA's bf16 variables do not "
                                  "reach a JAX function; use pure_bf16=cast or no")
-    if config.gradient_checkpointing:
-        refusals["gradient_checkpointing"] = "step_function='jax' does not recompute activations: leave gradient_checkpointing off"
     if found is None:
         return refusals
     if not found.on_xla:
@@ -50,19 +56,36 @@ def whole_step_refusals(config, found: Found | None = None) -> dict[str, str]:
     if found.layout == "data" and found.processes > 1:
         # Accelerate averages the lazy step's gradients between processes in its clip and optimizer step; inside
         # the JAX function nothing does. Under fsdp the SPMD partitioner adds the collectives to the one graph.
-        refusals["processes"] = ("step_function='jax' with parallelism='data' runs in one process only (its gradients "
-                                 "are not averaged between processes): use parallelism=fsdp (SPMD) or step_function=lazy")
+        refusals["processes"] = (f"step_function='jax' with parallelism='data' takes one process per host, driving "
+                                 f"its chips over an SPMD mesh, not {found.processes} processes (one per chip): start "
+                                 "train.py as one process (docs/chip-waiting.md), or use step_function=lazy")
     if found.hosts > 1:  # torchax breaks torch.distributed's barrier (xla/runtime.py)
         refusals["hosts"] = "step_function='jax' runs on one host for now: use step_function=lazy on several hosts"
-    if importlib.util.find_spec("jax") is None or importlib.util.find_spec("flax") is None:
-        refusals["jax"] = ("step_function='jax' needs jax and flax, which the tpu and xla-cpu extras bring: "
-                           "pip install -e '.[tpu]' -c constraints.txt")
+    if problem := _jax_problem():
+        refusals["jax"] = problem
     return refusals
 
 
+def choose(config, found: Found) -> Choice:
+    """The step this run takes: jax when asked for or when auto finds nothing refused, else lazy (auto says why).
+    An explicit jax that cannot run is refused in one line (ConfigError)."""
+    check(config, found)
+    if config.step_function == "lazy":
+        return Choice(False)
+    refusals = whole_step_refusals(config, found)
+    return Choice(False, next(iter(refusals.values())).replace("step_function='jax'", "the JAX step")) if refusals else Choice(True)
+
+
 def check(config, found: Found | None = None) -> None:
-    """Refuse a step function that is not one, or the JAX step where it cannot run: the first reason, in one line."""
+    """Refuse a step function that is not one, or the JAX step asked for where it cannot run: the first reason, one line."""
     if config.step_function not in STEP_FUNCTIONS:
         raise ConfigError(f"step_function={config.step_function!r}: must be one of {', '.join(STEP_FUNCTIONS)}")
-    if takes_whole_step(config) and (refusals := whole_step_refusals(config, found)):
+    if config.step_function == "jax" and (refusals := whole_step_refusals(config, found)):
         raise ConfigError(next(iter(refusals.values())))
+
+
+def _jax_problem() -> str | None:
+    if importlib.util.find_spec("jax") is None or importlib.util.find_spec("flax") is None:
+        return ("step_function='jax' needs jax and flax, which the tpu and xla-cpu extras bring: "
+                "pip install -e '.[tpu]' -c constraints.txt")
+    return None

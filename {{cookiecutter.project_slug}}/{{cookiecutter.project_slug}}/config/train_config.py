@@ -112,9 +112,10 @@ class TrainConfig(Grouped):
     warmup_ratio: float = field(default=0.0, metadata={"help": "The fraction of the optimizer steps over which the "
                                 "rate rises from 0 (0 to <1)."})
     warmup_steps: int = field(default=0, metadata={"help": "Optimizer steps of warm-up from 0, instead of --warmup_ratio."})
-    step_function: str = field(default="lazy", metadata={"help": f"How a step reaches XLA: {' or '.join(STEP_FUNCTIONS)}. "
-        "lazy traces every operation in Python every step; jax traces the whole step once as a JAX function and "
-        "replays it (needs jax, in the tpu and xla-cpu extras; docs/chip-waiting.md)."})
+    step_function: str = field(default="auto", metadata={"help": f"How a step reaches XLA: {', '.join(STEP_FUNCTIONS)}. "
+        "jax traces the whole step once as a JAX function and replays it (needs jax, in the tpu and xla-cpu extras); "
+        "lazy traces every operation in Python every step; auto takes jax wherever it can run and says why where "
+        "it cannot (docs/chip-waiting.md)."})
     max_grad_norm: float = field(
         default=1.0, metadata={"help": "Clip the gradients' global norm to this, in the graph (transformers' Trainer's "
                                        "default); 0 turns clipping off."}

@@ -14,9 +14,9 @@ from . import checkpointing, resume
 from .resume_changes import apply_changes
 
 
-def facts(task_name: str, learning_rate: float, precision_report, parts) -> dict:
+def facts(task_name: str, learning_rate: float, precision_report, parts, layout_files: str) -> dict:
     """What a checkpoint records beside the options: what they leave open, and the run's sizes."""
-    return {"task": task_name, "stored_dtype": precision_report.stored["weights"],
+    return {"task": task_name, "stored_dtype": precision_report.stored["weights"], "checkpoint_files": layout_files,
             "learning_rate": learning_rate, "examples_per_step": parts.global_batch,
             "steps_per_epoch": parts.steps_per_epoch, "optimizer_steps": parts.optimizer_steps}
 

@@ -12,6 +12,7 @@ from ..config.groups import CheckpointOptions, ParallelismOptions
 from ..data.formats import DataProblem
 from ..data.hub import ModelUnavailable
 from ..launch.environment import local_rank
+from ..xla import runtime
 from .checkpointing import check_writable
 from .run_lock import RunLock, first_process
 
@@ -52,7 +53,7 @@ def claim(options: CheckpointOptions, parallel: ParallelismOptions, lock: RunLoc
                 else:
                     path.unlink(missing_ok=True)
     made = check_writable(folder, options.report_path)
-    if parallel.parallelism == "fsdp":
+    if parallel.parallelism == "fsdp" or runtime.one_process_sees_several_chips():  # one process per host (SPMD)
         lock.deferred = True  # every host's process looks first until the hosts are known
     elif first_process():
         lock.take(hosts_may_share)

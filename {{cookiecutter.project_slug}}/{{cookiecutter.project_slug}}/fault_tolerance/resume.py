@@ -14,7 +14,8 @@ from .checkpointing import LATEST, SETTINGS, CheckpointProblem
 
 # A resume with another value of one of these would load tensors of other shapes or meaning (or fail to load them).
 REFUSED = {
-    "task": "the task", "parallelism": "the checkpoint's layout (its files)", "demo": "the model",
+    "task": "the task", "parallelism": "the checkpoint's layout (its files)",
+    "checkpoint_files": "how the data layout wrote it (one process per host over SPMD with the JAX step, or one per chip)", "demo": "the model",
     "model_name_or_path": "the model", "max_seq_length": "the position embeddings' use and the data's rows",
     "num_labels": "the classifier's head", "lora_r": "the adapters' shapes", "lora_alpha": "the adapters' scale",
     "lora_target_modules": "which layers have adapters", "stored_dtype": "the weights' type",

@@ -3,6 +3,7 @@
 Each entry names where it comes from and why it is noise here. Anything else still shows.
 """
 
+import logging
 import warnings
 
 NOISE = (
@@ -19,7 +20,26 @@ NOISE = (
     r"For backward hooks to be called, module output should be a Tensor or a tuple of Tensors",
 )
 
+# Logged, not warned, as the JAX step's libraries load (xla/jax_step.py): (logger, words of the message).
+LOGGED_NOISE = (
+    # orbax, which flax imports: it would read gs:// paths through TensorFlow; this project reads none.
+    ("absl", "Tensorflow library not found, tensorflow.io.gfile operations will use native shim calls"),
+    # torchax, torch_xla's JAX bridge, registers one of its operators twice as it loads.
+    ("root", "Duplicate op registration for aten.__and__"),
+)
+
+
+class _Unless(logging.Filter):
+    def __init__(self, words: str):
+        super().__init__()
+        self.words = words
+
+    def filter(self, record) -> bool:
+        return self.words not in record.getMessage()
+
 
 def silence() -> None:
     for message in NOISE:
         warnings.filterwarnings("ignore", message=message, category=UserWarning)
+    for logger, words in LOGGED_NOISE:
+        logging.getLogger(None if logger == "root" else logger).addFilter(_Unless(words))

@@ -26,12 +26,13 @@ def prompt_length(longest: int, new_tokens: int, model_positions: int | None) ->
 
 def row_pinning(layout):
     """`pin_rows` for continue_batch in `layout`: under fsdp the state one decode step hands to the next split by rows
-    over the chips (the batch's own sharding); with one device per process (data) nothing to pin."""
+    over the chips (the batch's own sharding), as under the data layout's SPMD route (parallel/data_spmd.py); with one
+    device per process (data) nothing to pin."""
     def pin_rows(tensors) -> None:
         for tensor in tensors:
             sharding.shard_first_dim(tensor, layout.mesh, AXIS)
 
-    return pin_rows if layout.name == "fsdp" else (lambda tensors: None)
+    return pin_rows if getattr(layout, "mesh", None) is not None else (lambda tensors: None)
 
 
 class Decoding(NamedTuple):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..config import DEMO_GLOBAL_BATCH, ConfigError, step_function
+from ..config import DEMO_GLOBAL_BATCH, ConfigError
 from ..data import batching
 from ..data.preparation import timed
 from ..launch.processes import main_process_first
@@ -145,14 +145,12 @@ def prepare(context: RunContext, model=None) -> Prepared:
 
 
 def whole_step(context: RunContext, optimizer):
-    """--step_function jax: the step as one JAX function over the layout's plain model; None for the lazy step."""
-    accelerator, layout, config = context.accelerator, context.layout, context.config
-    if not step_function.takes_whole_step(config):
+    """The step as one JAX function over the layout's plain model (config/step_function.py chose it); None for the
+    lazy step."""
+    if not context.step.whole:
         return None
-    hosts = getattr(getattr(layout, "host", None), "count", 1)  # fsdp spans hosts; data, on several, is refused as processes
-    step_function.check(config, step_function.Found(on_xla=accelerator.device.type == "xla", layout=layout.name,
-                                                    processes=accelerator.num_processes, hosts=hosts))
     from ..xla.jax_step import WholeStep
 
     autocast = torch.bfloat16 if context.precision.autocast else None
-    return WholeStep(layout.plain_model(accelerator), optimizer, config.max_grad_norm or None, autocast)
+    return WholeStep(context.layout.plain_model(context.accelerator), optimizer, context.config.max_grad_norm or None,
+                     autocast)

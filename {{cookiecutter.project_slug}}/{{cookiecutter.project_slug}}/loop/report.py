@@ -22,7 +22,7 @@ TASK_FIELDS = ("eval_accuracy", "eval_macro_f1", "eval_roc_auc", "eval_loss", "e
 {%- endif %}
 FIELDS = (
     "device", "distributed_type", "num_processes", "epochs", "train_examples", "train_batch", "steady_examples_per_second",
-    "examples_per_second_with_compilation", "host_tracing_seconds_per_step", "learning_rate", *TASK_FIELDS,
+    "examples_per_second_with_compilation", "host_tracing_seconds_per_step", "step_function", "step_function_why", "learning_rate", *TASK_FIELDS,
     "xla_compilations", "recompilations", "compile_seconds", "compilation_cache", "precision", "model", "parameters", "data",
     "checkpoint", "checkpoint_seconds", "flops", "logging", "curves", "profile",
 )
@@ -47,7 +47,8 @@ def run_report(context: RunContext, prepared, run, watch=None, checkpoints=None)
         **run.speeds(),
         "steady_step_seconds": watch.steady_step_seconds() if watch else None,
         "host_tracing_seconds_per_step": run.tracing.seconds_per_step(),
-        "step_function": config.step_function,
+        "step_function": context.step.name,  # the step taken (config/step_function.py); auto's reason for a lazy one:
+        "step_function_why": context.step.why,
         # Host-side floats: the scheduler lives on the host, reading it costs no device transfer.
         "learning_rate": {
             "schedule": config.lr_scheduler_type, "warmup_steps": config.warmup_for(prepared.optimizer_steps),

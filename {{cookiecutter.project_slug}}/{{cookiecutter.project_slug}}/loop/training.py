@@ -57,8 +57,6 @@ def _training_function(model, config: TrainConfig, lock: run_lock.RunLock) -> di
     cache_dir = compilations.init_compilation_cache(f"{config.output_dir}/xla-cache") if config.compilation_cache else None
     analysis_file = None
     if environment.xla_installed():
-        if not step_function.takes_whole_step(config):
-            xla_runtime.keep_torchax_out()  # torchax, once imported, passes for torch's accelerator (xla/runtime.py)
         precision.set_xla_variables(level)
         if takes_python_scalars(config.optim, config.kahan_summation):
             xla_compilation.scalars_as_data()  # a learning rate of 0 (warm-up) or of any size is the same graph
@@ -80,9 +78,17 @@ def _training_function(model, config: TrainConfig, lock: run_lock.RunLock) -> di
     )
     set_seed(config.seed)
     processes.quiet_unless_main(accelerator)
+    found = step_function.Found(on_xla=devices.uses_xla(accelerator.device), layout=layout.name,
+                                processes=accelerator.num_processes,  # fsdp spans hosts; data on several has processes
+                                hosts=getattr(getattr(layout, "host", None), "count", 1))
+    with output_folder.removed_if_refused(config.output_dir, made_output_dir):  # an explicit jax that cannot run
+        step = step_function.choose(config, found)
+    if environment.xla_installed() and not step.whole:
+        # Before the first mark_sharding, which imports torchax: once imported it passes for torch's accelerator.
+        xla_runtime.keep_torchax_out()
     with compilations.counting_compilations() as compiled:
         context = RunContext(
-            accelerator, layout, config, precision.realise(level, accelerator.device, config.kahan_summation),
+            accelerator, layout, config, precision.realise(level, accelerator.device, config.kahan_summation), step,
             say=processes.say_once(accelerator), demo=processes.main_process_decides(accelerator, lambda: wants_demo(config.data, config.model)),
         )
         report, tokenizer, data = _train(context, model, analysis_file, made_output_dir)
@@ -118,12 +124,15 @@ def _train(context: RunContext, model, analysis_file, made_output_dir: bool):
     """(report, tokenizer, data): build the run's parts and state, its callbacks, and fit."""
     accelerator, layout, config, demo, say = context.accelerator, context.layout, context.config, context.demo, context.say
     precision_report = context.precision
+    step = context.step
+    say(f"step_function: {step.name}" + (f" (auto: {step.why})" if step.why else
+                                         " (the whole step as one JAX function)" if step.whole else " (asked for)"))
     with output_folder.removed_if_refused(config.output_dir, made_output_dir):
         parts = prepare(context, model)
     run = RunState(parts.steps_per_epoch, parts.global_batch, parts.epochs, parts.optimizer_steps, config.eval_steps)
     learning_rate = config.resolved_learning_rate(demo)
     guard = LossGuard(accelerator, precision_report.effective, learning_rate, config.output_dir)
-    settings = resume.settings_of(asdict(config), facts(task.NAME, learning_rate, precision_report, parts))
+    settings = resume.settings_of(asdict(config), facts(task.NAME, learning_rate, precision_report, parts, layout.files))
     checkpoints = Checkpoints(accelerator, layout, config.checkpoints, say, guard, parts, settings)
     watching = devices.uses_xla(accelerator.device) and config.watch_compilations
     watch = GraphWatch(config.padding, config.max_recompilations, say, analysis_file) if watching else None

@@ -20,6 +20,7 @@ from .layout import Layout
 
 class DataParallel(Layout):
     name = "data"
+    files = "accelerate: one process per chip"
 
     def __init__(self, parallel: ParallelismOptions, model: ModelOptions):
         self.options, self.model_options = parallel, model

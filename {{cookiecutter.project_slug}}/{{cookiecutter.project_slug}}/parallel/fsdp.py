@@ -29,6 +29,7 @@ from .layout import Layout
 
 class FsdpV2(Layout):
     name = "fsdp"
+    files = "sharded: one process per host"
 
     def __init__(self, parallel: ParallelismOptions, model: ModelOptions):
         self.options, self.model_options = parallel, model

@@ -20,6 +20,7 @@ class Layout(ABC):
     ModelOptions (config/groups.py: `Layout(config.parallel, config.model)`)."""
 
     name: str  # the --parallelism value that chooses it (config/defaults.py's PARALLELISMS)
+    files: str  # how its checkpoints are written; a resume refuses another (fault_tolerance/resume.py's REFUSED)
 
     # -- before the first tensor reaches a device --------------------------------------------------
 

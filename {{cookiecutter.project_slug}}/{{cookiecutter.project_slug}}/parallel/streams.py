@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 
 from ..xla.device import uses_xla
 from .data import DataParallel
+from .data_spmd import DataOverSpmd
 from .fsdp import FsdpV2
 
 
@@ -94,6 +95,10 @@ class FsdpStreams(Streams, FsdpV2):
         return self._on_devices(self.stream, self.stream.sample())  # its shape without reading the stream
 
 
+class DataOverSpmdStreams(FsdpStreams, DataOverSpmd):
+    """The data layout of one process per host (data_spmd.py): each host reads its part for all of its chips, as fsdp."""
+
+
 def streaming(layout):
-    """The layout class `layout` (DataParallel or FsdpV2), able to train on a stream."""
-    return {DataParallel: DataStreams, FsdpV2: FsdpStreams}[layout]
+    """The layout class `layout` (DataParallel, DataOverSpmd or FsdpV2), able to train on a stream."""
+    return {DataParallel: DataStreams, DataOverSpmd: DataOverSpmdStreams, FsdpV2: FsdpStreams}[layout]

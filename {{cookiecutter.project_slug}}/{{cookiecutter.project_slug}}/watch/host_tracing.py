@@ -69,7 +69,7 @@ class HostTracing:
             return {"share": None, "says": "no steady steps timed (the run was too short, or --watch_compilations off)"}
         share = min(traced["step"] / steady_step_seconds, 1.0)
         says = (f"host-bound: tracing takes {traced['step'] * 1e3:.1f} ms of every {steady_step_seconds * 1e3:.1f} ms "
-                "step, so the chip waits; try --step_function jax (the step traced once), or a larger per-chip batch "
+                "step, so the chip waits; try --step_function jax or auto (the step traced once), or a larger per-chip batch "
                 "(--train_batch_size): the host's time stays the same while the chip's grows"
                 if share >= HOST_BOUND_SHARE else "the chip is busy for most of the step: tracing hides behind it")
         return {"share": round(share, 3), "says": says}

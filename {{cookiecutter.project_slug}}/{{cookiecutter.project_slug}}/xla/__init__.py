@@ -13,6 +13,8 @@ the package in its device-free parent process, and the laptop path runs with tor
   profiling.py    torch_xla's profiler: a trace of chosen steps, and a marker for each
   checkpoint.py   torch_xla's planners for torch.distributed.checkpoint, and activation checkpointing
   hub_kernels.py  transformers' hub kernels turned off on a model that trains on XLA (kernels knows no xla device)
-  jax_step.py     --step_function jax: the whole training step as one JAX function, traced once (torchax, call_jax)
+  jax_step.py     the default step where it can run: the whole training step as one JAX function, traced once
+                  (torchax, call_jax)
+  model_in_trace.py  the model as that function traces it: autocast, FSDPv2's wrappers and recomputed layers
   tpu_compile.py  plan.py --compile: that step compiled for a TPU slice by libtpu, on this machine, without a TPU
 """

@@ -13,10 +13,12 @@ they read the lazy step's. Its moving numbers reach the device as one float32 te
 """
 
 import contextlib
+import os
 
 import torch
 
 from .device import device_values
+from .model_in_trace import autocast, plain_forwards, recomputed_layers
 from .runtime import torchax_for_the_jax_step
 from .sharding import replicate_under_spmd
 
@@ -35,9 +37,12 @@ class WholeStep:
         from torch_xla.core.xla_builder import JaxCallable
 
         torchax_for_the_jax_step()
-        if any(getattr(module, "gradient_checkpointing", False) is True for module in model.modules()):
-            # Its torch_xla checkpoint function cannot run on torchax tensors (jax.checkpoint would be the route).
-            raise ValueError("gradient checkpointing is not supported by the whole JAX step: use the lazy step")
+        if os.environ.get("PJRT_DEVICE", "").upper() == "CPU":
+            # jax lowers the function for torch_xla's platform: on the CPU, its own CPU. Left to choose, it first tries
+            # the TPU plugin libtpu (the plan extra installs it), which prints a page of errors where there is no TPU.
+            import jax
+
+            jax.config.update("jax_platforms", "cpu")
         self.model, self.optimizer = model, getattr(optimizer, "optimizer", optimizer)
         self.max_grad_norm = max_grad_norm
         self.trainable, self.frozen = step_inputs(model)
@@ -77,7 +82,7 @@ class WholeStep:
         constants = tuple((*optimizer.param_groups[g]["betas"], optimizer.param_groups[g]["eps"]) for g, _ in rows)
         names = list(self.trainable)
         # Every weight's inputs keyed by its name: the call flattens dicts in sorted-key order, not ours.
-        loss, norm, new = self.callable(
+        loss, norm, new, changed = self.callable(
             self.trainable, {name: _int32(t) for name, t in self.frozen.items()},
             {name: (s["exp_avg"], s["exp_avg_sq"]) for name, s in zip(names, states, strict=True)},
             {name: _int32(t) for name, t in batch.items()}, moving, seed,
@@ -85,6 +90,8 @@ class WholeStep:
         )
         for index, targets in enumerate((params, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states])):
             torch._foreach_copy_(targets, [new[name][index] for name in names])
+        if changed:  # buffers the forward changed in place (a step counter), as the lazy step leaves them
+            torch._foreach_copy_([self.frozen[name] for name in changed], list(changed.values()))
         return loss, norm if self.max_grad_norm is not None else None
 
 
@@ -100,8 +107,8 @@ def step_inputs(model) -> tuple[dict, dict]:
 
 def step_function(model, trainable: dict, autocast_dtype=None):
     """The step in JAX, `(trainable, frozen, moments, batch, moving, seed, rows, constants, max_norm) -> (loss, norm,
-    {name: (weight, exp_avg, exp_avg_sq)})`: traced once per input structure (shapes, dtypes, names, rows,
-    constants). The run calls it through torch_xla (WholeStep); the plan compiles it for a TPU from shapes alone
+    {name: (weight, exp_avg, exp_avg_sq)}, {name: buffer the forward changed})`: traced once per input structure
+    (shapes, dtypes, names, rows, constants). The run calls it through torch_xla (WholeStep); the plan compiles it for a TPU from shapes alone
     (tpu_compile.py). `model` may live on any device, the meta device included: only its code runs."""
     import jax
     import jax.numpy as jnp
@@ -119,14 +126,18 @@ def step_function(model, trainable: dict, autocast_dtype=None):
         def loss_of(weights):
             # Dropout's masks from the "unsafe_rbg" generator (runtime.torchax_for_the_jax_step says why).
             key = jax.random.fold_in(jax.random.key(seed[0], impl="unsafe_rbg"), seed[1])
-            amp = _autocast(env, autocast_dtype) if autocast_dtype else contextlib.nullcontext()
+            amp = autocast(env, autocast_dtype) if autocast_dtype else contextlib.nullcontext()
             # torchax's generator seeded for this trace only (override_property pops it after), so that no tracer
             # stays behind in the environment.
-            with env, env.override_property(prng=key), amp, _plain_forwards(model):
-                output = torch.func.functional_call(model, torch_view({**weights, **frozen}), (), torch_view(batch))
-            return jax_view(output.loss).astype(jnp.float32)
+            with env, env.override_property(prng=key), amp, plain_forwards(model), recomputed_layers(model, env):
+                views = torch_view({**weights, **frozen})
+                output = torch.func.functional_call(model, views, (), torch_view(batch))
+                # A buffer changed in place by the forward (a counter, BatchNorm's num_batches_tracked) holds another
+                # array now: handed back and written into the model's, else the change would stay in the trace.
+                changed = {name: jax_view(views[name]) for name in frozen if jax_view(views[name]) is not frozen[name]}
+            return jax_view(output.loss).astype(jnp.float32), changed
 
-        loss, grads = jax.value_and_grad(loss_of)(trainable)
+        (loss, changed), grads = jax.value_and_grad(loss_of, has_aux=True)(trainable)
         for name, row in padding_rows.items():
             # A mask, not `.at[row].set(0)`: under SPMD, with the table split by rows, that update zeroed more than
             # the row (measured: the table's gradient norm 0.097 instead of 0.116 on 4 devices).
@@ -146,7 +157,7 @@ def step_function(model, trainable: dict, autocast_dtype=None):
             sq = sq + (1 - beta2) * (grad * grad - sq)
             update = avg / (jnp.sqrt(sq) / correction2_sqrt + eps) * step_size
             new[name] = (trainable[name] * decay - update, avg, sq)
-        return loss, norm, new
+        return loss, norm, new, changed
 
     return function
 
@@ -155,56 +166,3 @@ def _int32(tensor):
     """int64 as int32. Why not jax's x64 mode: it is one switch for the whole process (every later JAX computation
     would change), and a TPU has no 64-bit integer units; token ids, labels and positions fit in int32."""
     return tensor.to(torch.int32) if tensor.dtype == torch.int64 else tensor
-
-
-@contextlib.contextmanager
-def _autocast(env, dtype):
-    """torchax's autocast with its policy table mended for the trace (the torchax of torch_xla 2.9's wheel): F.linear
-    and torch.einsum run as JAX functions above the aten ops the table names, so every Linear stayed float32 (6 bf16
-    dots of a BERT step against the lazy step's 30): cast as torch casts them. Softmax and log-softmax ran in bf16
-    (a bf16 loss): float32, as torch's list has them. cat's and stack's "promote" reads `.dtype` of a list and fails
-    (Qwen2's rotary embedding): dropped, JAX's concatenate promotes by itself. Restored after the trace."""
-    import torchax.amp as amp
-
-    table = amp.autocast_policy
-    saved = dict(table)
-    for function in (torch.nn.functional.linear, torch.einsum):
-        table[function] = amp.CastPolicy.LOWER_PRECISION_FP
-    for op in (torch.ops.aten._softmax.default, torch.ops.aten._log_softmax.default):
-        table[op] = amp.CastPolicy.FP32  # torch's float32 list has them (torchax leaves their policy unwritten)
-    for op in (torch.ops.aten.cat.default, torch.ops.aten.stack.default):
-        table.pop(op, None)
-    try:
-        with amp.autocast("jax", dtype=dtype, env=env):
-            yield
-    finally:
-        table.clear()
-        table.update(saved)
-
-
-@contextlib.contextmanager
-def _plain_forwards(model):
-    """The model's own forwards while it is traced: torch.autocast("xla") does not reach inside a JAX function
-    (torchax's autocast does that), and FSDPv2's wrappers mark their outputs' sharding with torch_xla calls, which
-    torchax tensors refuse (the partitioner follows the weights' and the batch's shardings instead)."""
-    swapped = []
-    for module in model.modules():
-        own = vars(module)
-        if "_original_forward" in own and "forward" in own:  # precision.apply_to_model's (Accelerate's) mark
-            swapped.append((module, own["forward"]))
-            module.forward = own["_original_forward"]
-        elif type(module).__name__ == "SpmdFullyShardedDataParallel":
-            swapped.append((module, own.get("forward")))
-            module.forward = _unwrapped(module)
-    try:
-        yield
-    finally:
-        for module, forward in swapped:
-            if forward is None:
-                del module.forward
-            else:
-                module.forward = forward
-
-
-def _unwrapped(wrapper):
-    return lambda *args, **kwargs: wrapper.module(*args, **kwargs)
