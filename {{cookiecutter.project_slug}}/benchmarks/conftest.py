@@ -25,7 +25,8 @@ WRITTEN = pytest.StashKey[dict]()
 RESULTS_VARIABLE = "BENCH_RESULTS"
 # The profiles that run one module alone, and that module. The quality group (40 minutes) runs in its own profile only;
 # the plan group runs narrowed in the quick one too.
-ALONE = {"data": "test_data_at_size.py", "quality": "test_quality.py", "plan": "test_plan_accuracy.py"}
+ALONE = {"data": "test_data_at_size.py", "quality": "test_quality.py", "plan": "test_plan_accuracy.py",
+         "compile": "test_compile_time.py"}
 ONLY_ALONE = ALONE["quality"]
 
 # Forked children must not inherit a tokenizer thread pool, and nothing here downloads.
@@ -35,10 +36,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def pytest_addoption(parser):
     group = parser.getgroup("benchmarks", "the project's reference benchmarks")
-    group.addoption("--bench-profile", choices=("quick", "full", "data", "quality", "plan"), default=None,
+    group.addoption("--bench-profile", choices=("quick", "full", "data", "quality", "plan", "compile"), default=None,
                     help=f"quick (default, CI), full (a TPU host), data (the data-at-size group alone, every size), "
-                         f"quality (the trains-as-well-as-the-Trainer group alone) or plan (the plan against the "
-                         f"TPU compiler, the default model at its real size); "
+                         f"quality (the trains-as-well-as-the-Trainer group alone), plan (the plan against the "
+                         f"TPU compiler, the default model at its real size) or compile (the step's compile time at "
+                         f"the default model's real layer count, its layers scanned or not); "
                          f"also ${profiles.PROFILE_VARIABLE}")
     group.addoption("--bench-results", default=None,
                     help=f"folder for results.md and results.png (default benchmark-results/; also ${RESULTS_VARIABLE})")

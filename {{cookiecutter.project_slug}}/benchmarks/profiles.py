@@ -1,6 +1,6 @@
 """The suite's sizes: `quick` (CI, a few minutes on two CPU cores), `full` (a TPU host), `data` (large corpora),
-`quality` (a real pretrained model and real text, each loop over seeds) and `plan` (the plan against the TPU compiler
-at the default model's real size).
+`quality` (a real pretrained model and real text, each loop over seeds), `plan` (the plan against the TPU compiler
+at the default model's real size) and `compile` (the step's compile time, its layers as written against scanned).
 
 Chosen by `--bench-profile` or the BENCH_PROFILE variable. The quick profile keeps every
 question the suite asks but shrinks the models, the step counts and the grid. The data profile runs the
@@ -107,6 +107,8 @@ def _profiles() -> dict[str, Profile]:
     chosen["quality"] = replace(chosen["quick"], name="quality", cpu_xla_flags="")
     # Only test_plan_accuracy.py runs in it: the default model at its real size, compiled for a TPU (an hour or more).
     chosen["plan"] = replace(chosen["quick"], name="plan")
+    # Only test_compile_time.py runs in it: the default model's step at its real layer count, compiled for a TPU.
+    chosen["compile"] = replace(chosen["quick"], name="compile")
     return chosen
 
 

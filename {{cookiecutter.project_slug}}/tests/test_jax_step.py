@@ -204,22 +204,80 @@ for checkpointed in (False, True):
         enable_gradient_checkpointing(model)  # transformers' switch and torch_xla's checkpoint, as the run sets them
     torch.manual_seed(3)  # the dropout masks' seed (jax_step.py)
     found[checkpointed], _, _, _ = train(arch, whole=True, steps=5, model=model)
-print(json.dumps({"plain": found[False], "checkpointed": found[True], "recomputed": len(recomputed)}))
+# The layers as one scan (what benchmarks/measure_compile_time.py compiles), dropout off: the same step.
+from torch_xla.core.xla_builder import JaxCallable
+from {{ cookiecutter.project_slug }}.xla import jax_step
+whole_step = jax_step.WholeStep.__init__
+def scanned(self, model, *args, **kwargs):
+    whole_step(self, model, *args, **kwargs)
+    self.callable = JaxCallable(jax_step.step_function(model, self.trainable, scan_layers=True))
+plain, _, _, _ = train(arch, whole=True, steps=5)
+jax_step.WholeStep.__init__ = scanned
+scan, _, _, _ = train(arch, whole=True, steps=5)
+print(json.dumps({"plain": found[False], "checkpointed": found[True], "recomputed": len(recomputed),
+                  "unscanned": plain, "scanned": scan}))
 """
 
 
 @pytest.mark.xla
 @pytest.mark.parametrize("arch", ["bert", "qwen2"])
-def test_gradient_checkpointing_recomputes_each_layer_with_the_same_dropout_masks(arch):
+def test_gradient_checkpointing_and_a_layer_scan_compute_the_step_as_written(arch):
     """--gradient_checkpointing in the JAX step: each of the 2 layers runs under jax.checkpoint (its activations
     recomputed in the backward pass), and with dropout on the 5 steps' losses and norms are those of the step without
-    it: the recomputation draws the forward's masks, and the forward draws the masks it draws unchecked."""
+    it: the recomputation draws the forward's masks, and the forward draws the masks it draws unchecked. The layers
+    as one scan (the compile-time benchmark's step) give the same losses and norms, dropout off."""
     found = json.loads(run(python_code(CHECKPOINTED, arch), timeout=600).stdout.strip().splitlines()[-1])
     assert found["recomputed"] == 2, found
     plain, checkpointed = found["plain"], found["checkpointed"]
     assert plain["losses"][0] != plain["losses"][-1]
     for a, b in zip(plain["losses"] + plain["norms"], checkpointed["losses"] + checkpointed["norms"], strict=True):
         assert relative(a, b) <= 1e-6, (plain, checkpointed)
+    # The same module's step with its 2 layers as one scan over their stacked weights (no dropout): the same numbers.
+    unscanned, scanned = found["unscanned"], found["scanned"]
+    for a, b in zip(unscanned["losses"] + unscanned["norms"], scanned["losses"] + scanned["norms"], strict=True):
+        assert relative(a, b) <= 1e-5, (unscanned, scanned)
+
+
+ACCUMULATED = COMMON + """
+import contextlib
+arch = sys.argv[1]
+device = torch_xla.device()
+data = batches(arch, 5, device, size=16)
+found = {}
+for name, whole, accumulation in (("lazy", False, 4), ("whole", True, 4), ("one-batch", True, 1)):
+    model = build(arch).to(device).train()
+    optimizer = AdamW(parameter_groups(model, 0.01), lr=1e-3)
+    scheduler = get_scheduler("linear", optimizer, num_warmup_steps=2, num_training_steps=5)
+    optimizer.create_state()
+    step = WholeStep(model, optimizer, 1.0, accumulation=accumulation) if whole else None
+    accelerator = SimpleNamespace(backward=lambda loss: loss.backward(), no_sync=lambda model: contextlib.nullcontext())
+    clip = lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    parts = StepParts(model, optimizer, scheduler, clip, accumulation, step)
+    results = [train_step(accelerator, parts, dict(batch)) for batch in data]
+    torch_xla.sync()
+    found[name] = {"losses": [r.loss.item() for r in results], "norms": [r.grad_norm.item() for r in results],
+                   "weights": {key: p.detach().cpu() for key, p in model.named_parameters()}}
+start = {key: p.detach() for key, p in build(arch).named_parameters()}
+def apart(a, b):
+    return max(float((a[key] - b[key]).abs().max()) for key in a)
+print(json.dumps({name: {"losses": run["losses"], "norms": run["norms"], "moved": apart(run["weights"], start),
+                         "from_lazy": apart(run["weights"], found["lazy"]["weights"])} for name, run in found.items()}))
+"""
+
+
+@pytest.mark.xla
+@pytest.mark.parametrize("arch", ["bert", "qwen2"])
+def test_gradient_accumulation_inside_the_function_trains_as_the_lazy_step_and_as_one_batch(arch):
+    """--gradient_accumulation_steps 4 in the JAX step (a scan over the micro-batches inside the function) against the
+    lazy step's accumulation of the same 4 micro-batches of 4, and against one batch of 16 without accumulation:
+    float32, no dropout, 5 steps: the same losses and norms within 1e-5 relative, and the same weights within 1e-5."""
+    found = json.loads(run(python_code(ACCUMULATED, arch), timeout=600).stdout.strip().splitlines()[-1])
+    lazy = found["lazy"]
+    assert lazy["moved"] > 100 * 1e-5  # the weights moved: a comparison that could fail
+    for name in ("whole", "one-batch"):
+        for a, b in zip(lazy["losses"] + lazy["norms"], found[name]["losses"] + found[name]["norms"], strict=True):
+            assert relative(a, b) <= 1e-5, (name, lazy, found[name])
+        assert found[name]["from_lazy"] <= 1e-5, (name, found[name]["from_lazy"])
 
 
 LORA = COMMON + """

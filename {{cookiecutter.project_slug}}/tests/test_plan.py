@@ -130,18 +130,18 @@ def test_the_tpu_compiler_checks_a_narrowed_model_in_both_layouts(tmp_path):
     folder = config_folder(tmp_path / "model", TINY)
     env = child_env(xla=True, XDG_CACHE_HOME=str(tmp_path / "cache"))
 
-    def compiled(layout: str) -> dict:
-        report = tmp_path / f"{layout}.json"
+    def compiled(layout: str, *flags) -> dict:
+        report = tmp_path / f"{layout}{len(flags)}.json"
         run(python_command("--model_name_or_path", str(folder), "--tpu", "v5e-4", "--parallelism", layout,
-                           "--compile", "--max_seq_length", "32", "--report", str(report), module="plan"), env=env)
+                           "--compile", "--max_seq_length", "32", "--report", str(report), *flags, module="plan"), env=env)
         return json.loads(report.read_text())["targets"]["v5e-4"]
 
     plans = {layout: compiled(layout) for layout in ("data", "fsdp")}
     for layout, target in plans.items():
         compiler, parts = target["compiler"], target["estimate"]["parts"]
-        # fsdp's program spans the slice; the data layout's is each chip's own (one process a chip).
+        # Both programs span the slice (one process drives the chips); the data layout's weights are whole on each.
         assert compiler["fits"] is True and compiler["compile_seconds"] > 0, layout
-        assert compiler["chips"] == {"fsdp": 4, "data": 1}[layout]
+        assert compiler["chips"] == 4
         assert "cached" not in compiler
         state = parts["weights"] + parts["optimizer_state"]
         assert state <= compiler["parts"]["arguments"] <= state + 2 ** 20, (layout, compiler["parts"], parts)
@@ -152,6 +152,14 @@ def test_the_tpu_compiler_checks_a_narrowed_model_in_both_layouts(tmp_path):
     again = compiled("fsdp")["compiler"]
     assert again["cached"].startswith(str(tmp_path / "cache"))
     assert {**again, "cached": None} == {**plans["fsdp"]["compiler"], "cached": None}
+    # Two micro-batches scanned, each layer under jax.checkpoint: the compiler counts the scan's body once (one
+    # micro-batch of the same per-chip size, its forward run twice: more FLOPs than the plain step's), and the
+    # roofline is that body's time twice.
+    plain, both = plans["fsdp"]["compiler"], compiled("fsdp", "--gradient_accumulation_steps", "2",
+                                                       "--gradient_checkpointing", "true")["compiler"]
+    assert both["micro_batches"] == 2 and both["fits"] is True and "cached" not in both
+    assert both["flops"] > 1.2 * plain["flops"], (both["flops"], plain["flops"])
+    assert both["roofline_step_seconds"] > 2 * plain["roofline_step_seconds"]
 
 
 @pytest.mark.slow

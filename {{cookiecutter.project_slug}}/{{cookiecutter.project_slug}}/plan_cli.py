@@ -89,8 +89,6 @@ def compiler_problem(config: TrainConfig) -> str | None:
     lacks = step_function.whole_step_refusals(config)
     if "optim" in lacks:
         return "compile: the whole-step function steps the default AdamW only (--optim adamw, no --kahan_summation)"
-    if "gradient_accumulation_steps" in lacks:
-        return "compile: gradient_accumulation_steps > 1 is not in the whole-step function yet; plan one micro-batch"
     return None
 
 
@@ -105,10 +103,11 @@ def compile_for(model, config: TrainConfig, recipe: estimate.Recipe, target) -> 
     optimizer = make_optimizer("adamw", parameter_groups(model, config.weight_decay), 1e-5, config.weight_decay, False)
     group_of = {id(p): index for index, group in enumerate(optimizer.param_groups) for p in group["params"]}
     trainable, _ = step_inputs(model)
-    topology, bounds = target.topology(recipe.layout)
-    chips = target.chips if recipe.layout == "fsdp" else 1
+    topology, bounds = target.topology()
+    chips = target.chips  # the batch split over the slice's chips in both layouts (targets.Target.topology)
     return compile_step(
-        model, task.batch_shapes(model, recipe.per_chip_batch * chips, recipe.length), cache=compile_cache(),
+        model, task.batch_shapes(model, recipe.per_chip_batch * chips * config.gradient_accumulation_steps, recipe.length),
+        cache=compile_cache(), accumulation=config.gradient_accumulation_steps,
         topology=topology,
         chips_per_host_bounds=bounds, shard_weights=recipe.layout == "fsdp",
         autocast_dtype=torch.bfloat16 if recipe.level == "bf16" else None,
@@ -154,8 +153,10 @@ def plan_target(model, config, options, recipe, target, train_examples: int) -> 
 
 
 def with_compiler(plan: dict, compiled: dict, chip) -> dict:
-    """The compiler's figures beside the estimate, and the step's roofline time from them."""
-    roofline = max(compiled["flops"] / chip.peak_bf16_flops, compiled["bytes_accessed"] / chip.hbm_bytes_per_second) \
+    """The compiler's figures beside the estimate, and the step's roofline time from them: under accumulation the
+    scan's body (one micro-batch) times the micro-batches, the update counted that often too (a slight overestimate)."""
+    trips = compiled.get("micro_batches", 1)  # an answer cached before accumulation compiled has none
+    roofline = trips * max(compiled["flops"] / chip.peak_bf16_flops, compiled["bytes_accessed"] / chip.hbm_bytes_per_second) \
         if compiled["flops"] is not None else None
     fits = compiled["peak_bytes"] <= plan["usable_hbm_bytes"] if compiled["fits"] is None else compiled["fits"]
     plan["compiler"] = {**compiled, "fits": fits, "roofline_step_seconds": roofline,
@@ -185,7 +186,7 @@ def make_plan(config: TrainConfig, options: PlanOptions, say=print) -> dict:
         report["targets"][target.name] = plan_target(model, config, options, recipe, target, train_examples)
     if options.compile:
         for target in chosen:
-            say(f"compiling the step for {target.name} ({target.topology(recipe.layout)[0]}) with the TPU's compiler "
+            say(f"compiling the step for {target.name} ({target.topology()[0]}) with the TPU's compiler "
                 f"(answers kept in {compile_cache()})...")
             try:
                 compiled = compile_for(model, config, recipe, target)

@@ -44,8 +44,6 @@ def whole_step_refusals(config, found: Found | None = None) -> dict[str, str]:
     refusals = {}
     if config.optim != "adamw" or config.kahan_summation:
         refusals["optim"] = "step_function='jax' runs the project's AdamW: leave optim=adamw and kahan_summation off"
-    if config.gradient_accumulation_steps != 1:
-        refusals["gradient_accumulation_steps"] = "step_function='jax' is one graph per step: set gradient_accumulation_steps=1"
     if config.pure_bf16 not in (None, "no", "cast"):
         refusals["pure_bf16"] = (f"step_function='jax' with pure_bf16={config.pure_bf16!r}: XLA's bf16 variables do not "
                                  "reach a JAX function; use pure_bf16=cast or no")

@@ -140,11 +140,11 @@ def prepare(context: RunContext, model=None) -> Prepared:
     return Prepared(
         model, optimizer, scheduler, train_loader, eval_loader, tokenizer, data, train_examples, collator,
         steps_per_epoch, batch_size, replicas, accumulation, optimizer_steps, clip,
-        whole_step(context, optimizer), {"seconds": seconds, "from_cache": cached},
+        whole_step(context, optimizer, accumulation), {"seconds": seconds, "from_cache": cached},
     )
 
 
-def whole_step(context: RunContext, optimizer):
+def whole_step(context: RunContext, optimizer, accumulation: int):
     """The step as one JAX function over the layout's plain model (config/step_function.py chose it); None for the
     lazy step."""
     if not context.step.whole:
@@ -153,4 +153,4 @@ def whole_step(context: RunContext, optimizer):
 
     autocast = torch.bfloat16 if context.precision.autocast else None
     return WholeStep(context.layout.plain_model(context.accelerator), optimizer, context.config.max_grad_norm or None,
-                     autocast)
+                     autocast, accumulation)

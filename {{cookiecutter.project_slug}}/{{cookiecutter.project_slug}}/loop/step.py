@@ -8,8 +8,8 @@ one batch of 16 does; one at a time, at most 9.8 MiB a graph (a batch of 4: 9.4)
 whatever N: the first micro-batch's (the gradients are created) and, from 3 micro-batches on, the middle ones' (added
 to); the last one's runs with the update, in the graph a step without accumulation has.
 
-With --step_function jax the whole step is one JAX function traced once (xla/jax_step.py): each step then only hands
-the weights, moments and batch to it. The host's time in each phase is marked for the report (watch/host_tracing.py).
+With the JAX step (the default where it can run) the whole step is one JAX function traced once (xla/jax_step.py),
+its micro-batches a scan inside it: each step then only hands the weights, moments and batch to it. The host's time in each phase is marked for the report (watch/host_tracing.py).
 """
 
 import contextlib

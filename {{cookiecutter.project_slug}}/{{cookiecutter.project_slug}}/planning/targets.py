@@ -57,10 +57,11 @@ class Target:
     chip: Chip
     chips: int
 
-    def topology(self, layout: str) -> tuple[str, tuple]:
-        """(jax's topology name, chips per host bounds) of the program a chip runs: fsdp's spans the slice (hosts of
-        2x2 chips); the data layout's is one chip's (each chip runs a process of its own), compiled on one chip."""
-        if self.chips == 1 or layout == "data":
+    def topology(self) -> tuple[str, tuple]:
+        """(jax's topology name, chips per host bounds) of the program a chip runs: the slice's (hosts of 2x2 chips) in
+        both layouts, as the JAX step runs them (one process drives a host's chips; the data layout's weights whole on
+        each, parallel/data_spmd.py)."""
+        if self.chips == 1:
             return f"{self.chip.topology_prefix}:{'1x1x1' if self.chip.three_dimensional else '1x1'}", (1, 1, 1)
         return f"{self.chip.topology_prefix}:{SHAPES[self.chip.three_dimensional][self.chips]}", (2, 2, 1)
 

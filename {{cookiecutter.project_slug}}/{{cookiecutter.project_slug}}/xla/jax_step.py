@@ -18,7 +18,7 @@ import os
 import torch
 
 from .device import device_values
-from .model_in_trace import autocast, plain_forwards, recomputed_layers
+from .model_in_trace import autocast, plain_forwards, recomputed_layers, scanned_layers
 from .runtime import torchax_for_the_jax_step
 from .sharding import replicate_under_spmd
 
@@ -32,7 +32,7 @@ class WholeStep:
     `autocast_dtype` is given). `optimizer`: the project's AdamW, or Accelerate's wrapper around it.
     """
 
-    def __init__(self, model, optimizer, max_grad_norm: float | None, autocast_dtype=None):
+    def __init__(self, model, optimizer, max_grad_norm: float | None, autocast_dtype=None, accumulation: int = 1):
         import torch_xla
         from torch_xla.core.xla_builder import JaxCallable
 
@@ -44,7 +44,7 @@ class WholeStep:
 
             jax.config.update("jax_platforms", "cpu")
         self.model, self.optimizer = model, getattr(optimizer, "optimizer", optimizer)
-        self.max_grad_norm = max_grad_norm
+        self.max_grad_norm, self.accumulation = max_grad_norm, accumulation
         self.trainable, self.frozen = step_inputs(model)
         # Under SPMD, an input without a sharding (FSDPv2 leaves buffers unmarked) comes out of the first step
         # marked replicated, and the second step was another graph: marked so from the start.
@@ -87,6 +87,7 @@ class WholeStep:
             {name: (s["exp_avg"], s["exp_avg_sq"]) for name, s in zip(names, states, strict=True)},
             {name: _int32(t) for name, t in batch.items()}, moving, seed,
             {name: rows.index(key) for name, key in zip(names, keys, strict=True)}, constants, self.max_grad_norm,
+            self.accumulation,
         )
         for index, targets in enumerate((params, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states])):
             torch._foreach_copy_(targets, [new[name][index] for name in names])
@@ -105,11 +106,12 @@ def step_inputs(model) -> tuple[dict, dict]:
     return trainable, frozen
 
 
-def step_function(model, trainable: dict, autocast_dtype=None):
-    """The step in JAX, `(trainable, frozen, moments, batch, moving, seed, rows, constants, max_norm) -> (loss, norm,
-    {name: (weight, exp_avg, exp_avg_sq)}, {name: buffer the forward changed})`: traced once per input structure
-    (shapes, dtypes, names, rows, constants). The run calls it through torch_xla (WholeStep); the plan compiles it for a TPU from shapes alone
-    (tpu_compile.py). `model` may live on any device, the meta device included: only its code runs."""
+def step_function(model, trainable: dict, autocast_dtype=None, scan_layers: bool = False):
+    """The step in JAX, `(trainable, frozen, moments, batch, moving, seed, rows, constants, max_norm, accumulation=1)
+    -> (loss, norm, {name: (weight, exp_avg, exp_avg_sq)}, {name: buffer the forward changed})`: traced once per input
+    structure (shapes, dtypes, names, rows, constants, micro-batches). The run calls it through torch_xla (WholeStep);
+    the plan compiles it for a TPU from shapes alone (tpu_compile.py). `model` may live on any device, the meta device
+    included: only its code runs. `scan_layers`: the repeated layers as one scan (model_in_trace.scanned_layers)."""
     import jax
     import jax.numpy as jnp
     import torchax
@@ -122,22 +124,30 @@ def step_function(model, trainable: dict, autocast_dtype=None):
                     if isinstance(m, torch.nn.Embedding) and m.padding_idx is not None and id(m.weight) in name_of}
     env = torchax.default_env()
 
-    def function(trainable, frozen, moments, batch, moving, seed, rows, constants, max_norm):
-        def loss_of(weights):
-            # Dropout's masks from the "unsafe_rbg" generator (runtime.torchax_for_the_jax_step says why).
-            key = jax.random.fold_in(jax.random.key(seed[0], impl="unsafe_rbg"), seed[1])
+    buffers = [name for name, _ in model.named_buffers()]
+
+    def function(trainable, frozen, moments, batch, moving, seed, rows, constants, max_norm, accumulation=1):
+        # Dropout's masks from the "unsafe_rbg" generator (runtime.torchax_for_the_jax_step says why).
+        key = jax.random.fold_in(jax.random.key(seed[0], impl="unsafe_rbg"), seed[1])
+
+        def loss_of(weights, inputs, fixed, key):
             amp = autocast(env, autocast_dtype) if autocast_dtype else contextlib.nullcontext()
             # torchax's generator seeded for this trace only (override_property pops it after), so that no tracer
             # stays behind in the environment.
-            with env, env.override_property(prng=key), amp, plain_forwards(model), recomputed_layers(model, env):
-                views = torch_view({**weights, **frozen})
-                output = torch.func.functional_call(model, views, (), torch_view(batch))
+            with env, env.override_property(prng=key), amp, plain_forwards(model), recomputed_layers(model, env), \
+                    scanned_layers(model, env, scan_layers):
+                views = torch_view({**weights, **fixed})
+                output = torch.func.functional_call(model, views, (), torch_view(inputs))
                 # A buffer changed in place by the forward (a counter, BatchNorm's num_batches_tracked) holds another
                 # array now: handed back and written into the model's, else the change would stay in the trace.
-                changed = {name: jax_view(views[name]) for name in frozen if jax_view(views[name]) is not frozen[name]}
+                changed = {name: jax_view(views[name]) for name in fixed if jax_view(views[name]) is not fixed[name]}
             return jax_view(output.loss).astype(jnp.float32), changed
 
-        (loss, changed), grads = jax.value_and_grad(loss_of, has_aux=True)(trainable)
+        gradient = jax.value_and_grad(loss_of, has_aux=True)
+        if accumulation == 1:
+            (loss, changed), grads = gradient(trainable, batch, frozen, key)
+        else:
+            loss, grads, changed = _accumulated(gradient, trainable, frozen, batch, key, accumulation, buffers)
         for name, row in padding_rows.items():
             # A mask, not `.at[row].set(0)`: under SPMD, with the table split by rows, that update zeroed more than
             # the row (measured: the table's gradient norm 0.097 instead of 0.116 on 4 devices).
@@ -160,6 +170,35 @@ def step_function(model, trainable: dict, autocast_dtype=None):
         return loss, norm, new, changed
 
     return function
+
+
+def _accumulated(gradient, trainable, frozen, batch, key, count: int, buffers: list):
+    """--gradient_accumulation_steps inside the function: a `jax.lax.scan` over the batch's `count` micro-batches, each
+    one's forward and backward in turn (so that one micro-batch's activations are held at a time), their gradients
+    summed as the lazy step sums those of loss / count. Micro-batch i holds rows i, i + count, ... as
+    micro_batch (data/batching.py) takes them (each chip's rows of every micro-batch stay on it), and draws its dropout
+    masks from the step's key folded with i. The buffers the forward changes are carried from one to the next.
+    Returns (the micro-batches' mean loss, the gradients, the buffers changed)."""
+    import jax
+    import jax.numpy as jnp
+
+    micro = {name: jnp.swapaxes(rows.reshape((-1, count) + rows.shape[1:]), 0, 1) for name, rows in batch.items()}
+    carried = {name: frozen[name] for name in buffers}
+    touched = []  # the buffers the forward changes, found as the scan's body is traced
+
+    def one(carry, inputs):
+        summed, losses, kept = carry
+        rows, index = inputs
+        (loss, changed), grads = gradient(trainable, rows, {**frozen, **kept}, jax.random.fold_in(key, index))
+        touched.extend(name for name in changed if name in kept and name not in touched)
+        kept = {name: changed[name].astype(kept[name].dtype) if name in changed else kept[name] for name in kept}
+        summed = jax.tree.map(lambda total, grad: total + grad / count, summed, grads)
+        return (summed, losses + loss, kept), None
+
+    zeros = jax.tree.map(jnp.zeros_like, trainable)
+    (grads, total, kept), _ = jax.lax.scan(one, (zeros, jnp.zeros((), jnp.float32), carried),
+                                           (micro, jnp.arange(count)))
+    return total / count, grads, {name: kept[name] for name in touched}
 
 
 def _int32(tensor):

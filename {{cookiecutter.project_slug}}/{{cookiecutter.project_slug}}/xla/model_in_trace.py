@@ -96,3 +96,74 @@ def recomputed_layers(model, env):
 
 def _unwrapped(wrapper):
     return lambda *args, **kwargs: wrapper.module(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def scanned_layers(model, env, scan: bool):
+    """The model's repeated layers as one `jax.lax.scan` over their stacked weights (`scan`; else nothing): XLA then
+    compiles one layer's forward and backward instead of every layer's, which is what a TPU's compile time follows.
+    For the trace, the list of layers reads as one callable that scans them all; each layer gets the same arguments
+    (refused where they differ by layer: a model of sliding and full attention layers). Its dropout masks are drawn
+    from keys split for the layers, not the sequence an unscanned forward draws."""
+    if not scan:
+        yield
+        return
+    import jax
+    import jax.numpy as jnp
+    from torchax.interop import jax_view, torch_view
+
+    _, _, layers = repeated_layers(model)
+    kinds = set(getattr(getattr(model, "config", None), "layer_types", None) or [None])
+    if len(kinds) > 1:
+        raise ValueError(f"scan_layers: the layers differ in kind ({', '.join(sorted(map(str, kinds)))}); each "
+                         "scanned layer is handed the same arguments")
+    each = list(layers)  # before the list reads as one scan below
+    template = each[0]
+
+    def scanned(hidden_states, *args, **kwargs):
+        weights = [dict(layer.named_parameters()) for layer in each]
+        stacked = {key: jnp.stack([jax_view(layer[key]) for layer in weights]) for key in weights[0]}
+        keys = jax.random.split(env.param.prng, len(each) + 1)
+        env.param.prng = keys[0]
+        as_tuple = []
+
+        def one(hidden, inputs):
+            layer_weights, key = inputs
+            with env.override_property(prng=key):
+                output = torch.func.functional_call(template, torch_view(layer_weights), (torch_view(hidden), *args),
+                                                    kwargs)
+            as_tuple[:] = [isinstance(output, tuple)]
+            return jax_view(output[0] if as_tuple[0] else output), None
+
+        hidden, _ = jax.lax.scan(one, jax_view(hidden_states), (stacked, keys[1:]))
+        return (torch_view(hidden),) if as_tuple[0] else torch_view(hidden)
+
+    class OneScan(type(layers)):
+        """The list as the model's forward walks it: one callable that runs every layer (its modules, by name, as
+        they are: functional_call finds each weight where it was)."""
+
+        def __getitem__(self, index):
+            return [scanned] if isinstance(index, slice) else scanned
+
+        def __iter__(self):
+            return iter([scanned])
+
+    kind = layers.__class__
+    layers.__class__ = OneScan
+    try:
+        yield
+    finally:
+        layers.__class__ = kind
+
+
+def repeated_layers(model) -> tuple:
+    """(parent module, attribute name, the ModuleList) of the model's longest list of same-class layers."""
+    best = None
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            if isinstance(child, torch.nn.ModuleList) and len({type(layer) for layer in child}) == 1:
+                if best is None or len(child) > len(best[2]):
+                    best = (parent, name, child)
+    if best is None:
+        raise ValueError(f"scan_layers: no list of repeated layers found in {type(model).__name__}")
+    return best

@@ -39,18 +39,19 @@ def process_index_and_count() -> tuple[int, int]:
 
 def one_process_sees_several_chips() -> bool:
     """Before the runtime starts, from the launcher's environment: this process is its host's only one (no
-    torch_xla spawn, accelerate or torchrun worker count above 1) and the PJRT device has several chips here
-    (a TPU host's, or CPU_NUM_DEVICES on the CPU). False without torch_xla."""
+    torch_xla spawn, accelerate or torchrun worker count above 1) and the PJRT device has several chips here (a TPU
+    host's, with PJRT_DEVICE=TPU or unset, as torch_xla then picks the TPU; CPU_NUM_DEVICES on the CPU). False
+    without torch_xla."""
     if not installed():
         return False
     workers = max(int(os.environ.get(name) or 1) for name in ("PJRT_LOCAL_PROCESS_COUNT", "LOCAL_WORLD_SIZE", "WORLD_SIZE"))
     device = os.environ.get("PJRT_DEVICE", "").upper()
     if device == "CPU":
         chips = int(os.environ.get("CPU_NUM_DEVICES") or 1)
-    elif device == "TPU":
+    elif device in ("TPU", ""):
         from torch_xla._internal import tpu
 
-        chips = tpu.num_available_devices()
+        chips = tpu.num_available_chips()  # read from the PCI bus: no runtime, no metadata server
     else:
         chips = 1
     return workers == 1 and chips > 1

@@ -52,12 +52,13 @@ def topology_devices(topology: str, chips_per_host_bounds: tuple):
 
 
 def compile_step(model, batch: dict, *, topology: str, chips_per_host_bounds: tuple, shard_weights: bool,
-                 autocast_dtype=None, rows: dict, constants: tuple, max_grad_norm: float | None,
+                 autocast_dtype=None, rows: dict, constants: tuple, max_grad_norm: float | None, accumulation: int = 1,
+                 scan_layers: bool = False,
                  cache: Path | None = None) -> dict:
     """Compile the step for the slice and return the compiler's figures per chip.
 
     `model`: on the meta device, as the run would train it (peft-wrapped, cast). `batch`: {name: (shape, torch dtype)}
-    of the global batch, split over every chip along its first dimension. `shard_weights`: FSDPv2's layout, every
+    of the global batch (all `accumulation` micro-batches of it), split over every chip along its first dimension. `shard_weights`: FSDPv2's layout, every
     weight (and its moments) split over the chips (spec() says along which dimension); else each chip holds them
     whole (the data layout). `rows`: each trainable weight's optimizer row (its param group); `constants`: each
     row's (beta1, beta2, eps). `cache`: a folder of earlier answers (JSON), keyed by everything the compile reads,
@@ -70,7 +71,8 @@ def compile_step(model, batch: dict, *, topology: str, chips_per_host_bounds: tu
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     key = _cache_key(model, batch, topology, chips_per_host_bounds, shard_weights, autocast_dtype, rows, constants,
-                     max_grad_norm)
+                     max_grad_norm, *([accumulation] if accumulation > 1 else []),  # an earlier answer's key unchanged
+                     *(["scan_layers"] if scan_layers else []))
     found = cache / f"{key}.json" if cache else None
     if found and found.is_file():
         return {**json.loads(found.read_text()), "cached": str(found)}
@@ -103,10 +105,10 @@ def compile_step(model, batch: dict, *, topology: str, chips_per_host_bounds: tu
     inputs = {name: abstract(shape, dtype, split=True) for name, (shape, dtype) in batch.items()}
     moving = abstract((len(constants), 3), torch.float32)
     seed = abstract((2,), torch.int32)
-    function = step_function(model, trainable, autocast_dtype)
+    function = step_function(model, trainable, autocast_dtype, scan_layers)
 
     def step(trainable, frozen, moments, batch, moving, seed):
-        return function(trainable, frozen, moments, batch, moving, seed, rows, constants, max_grad_norm)
+        return function(trainable, frozen, moments, batch, moving, seed, rows, constants, max_grad_norm, accumulation)
 
     started = time.perf_counter()
     # The weights and moments are donated, as the run writes its new ones over them: outputs alias inputs.
@@ -133,21 +135,26 @@ def compile_step(model, batch: dict, *, topology: str, chips_per_host_bounds: tu
         "parts": {name: int(value) for name, value in parts.items()},
         "flops": float(cost.get("flops", 0.0)), "bytes_accessed": float(cost.get("bytes accessed", 0.0)),
         "compile_seconds": round(seconds, 1), "chips": chips, "topology": topology, "fits": None,
+        # XLA's cost analysis counts a loop's body once: with accumulation its FLOPs and bytes are one micro-batch's
+        # pass and the update (plan_cli.with_compiler times them by this for the step).
+        "micro_batches": accumulation,
     })
 
 
 def _cache_key(model, batch, *settings) -> str:
-    """sha256 of what the compile reads: the model's config and inputs (names, shapes, dtypes, trainable or not), the
-    batch, the settings, the jax and libtpu releases and the code that builds and compiles the step (runtime.py sets
+    """sha256 of what the compile reads: the model's config and inputs (names, shapes, dtypes, trainable or not), its
+    recomputed layers (--gradient_checkpointing), the batch, the settings, the jax and libtpu releases and the code that builds and compiles the step (runtime.py sets
     its random generator)."""
     from importlib.metadata import version
 
     trainable, frozen = step_inputs(model)
     config = {key: value for key, value in model.config.to_dict().items() if key != "_name_or_path"}
     inputs = [(name, list(t.shape), str(t.dtype), name in trainable) for name, t in {**trainable, **frozen}.items()]
-    code = [(Path(__file__).parent / name).read_bytes() for name in ("tpu_compile.py", "jax_step.py", "runtime.py")]
+    code = [(Path(__file__).parent / name).read_bytes()
+            for name in ("tpu_compile.py", "jax_step.py", "model_in_trace.py", "runtime.py")]
+    recomputed = sorted({type(module).__name__ for module in model.modules() if getattr(module, "gradient_checkpointing", False) is True})
     material = json.dumps([config, inputs, {name: [list(shape), str(dtype)] for name, (shape, dtype) in batch.items()},
-                           [str(setting) for setting in settings], version("jax"), version("libtpu"),
+                           [str(setting) for setting in settings] + recomputed, version("jax"), version("libtpu"),
                            [hashlib.sha256(text).hexdigest() for text in code]], sort_keys=True, default=str)
     return hashlib.sha256(material.encode()).hexdigest()[:32]
 
