@@ -110,11 +110,12 @@ ignore it.
   pretrained model. Such a run prints the fraction of weights at risk; `kahan_summation=True` keeps
   those updates for one more weight-sized bf16 buffer.
 
-**How many processes to expect.** On a Colab or Kaggle TPU runtime, torch_xla starts **one process
-per TPU chip** and ignores `num_processes`: Colab's TPU runtime is now a v5e-1 (one chip, one
-process), Kaggle's a v5e-8 (eight chips, eight processes). The "8 processes" in older guides is the
-v2-8/v3-8 board. Elsewhere `num_processes` is how many workers `notebook_launcher` forks on the CPU
-or GPUs; with 1 the function runs in this notebook's own process.
+**How many processes to expect.** With `num_processes` 1 (the default) the function runs in this
+notebook's own process, which drives every chip of the runtime over an SPMD mesh (Colab's TPU runtime
+is now a v5e-1, one chip; Kaggle's a v5e-8, eight), and the step is one JAX function. With more,
+`notebook_launcher` forks workers: on a Colab or Kaggle TPU runtime torch_xla starts **one process per
+TPU chip** whatever the number says (the "8 processes" in older guides is the v2-8/v3-8 board), and
+they take the lazy step; elsewhere `num_processes` is how many workers it forks on the CPU or GPUs.
 """
 
 CONFIG = """# A quick run: NOTEBOOK_OVERRIDES='{"demo": true, "num_epochs": 1, "max_seq_length": 64}'
@@ -192,15 +193,13 @@ print(f"{type(model).__name__}: {count / 1e6:.1f}M parameters, on {next(model.pa
 LAUNCH_WHY = """## 5. Launch
 
 `check_before_launch` stops here, naming the cell to move, if anything above touched a device.
-Then `notebook_launcher` starts the training: one process per chip on a TPU runtime (Colab: 1,
-Kaggle: 8), elsewhere `num_processes` forked workers (or this process itself when it is 1).
-
-With `parallelism="fsdp"` (SPMD FSDPv2) there is nothing to fork: this process drives every
-chip, and `training_function` runs right here.
+With `num_processes` 1, or `parallelism="fsdp"` (SPMD FSDPv2), there is nothing to fork: this
+process drives every chip, and `training_function` runs right here. Otherwise `notebook_launcher`
+starts the training: one process per chip on a TPU runtime, elsewhere `num_processes` forked workers.
 """
 
 LAUNCH = """check_before_launch(model, launch_options["num_processes"])
-if config.parallelism == "fsdp":
+if config.parallelism == "fsdp" or launch_options["num_processes"] == 1:
     # SPMD: one process drives every chip of this host, so the function runs here, not in forked workers.
     training_function(model, config)
 else:
@@ -232,7 +231,7 @@ predict = predict_cli.PredictConfig(
     output=os.path.join(config.output_dir, "predictions.jsonl"), parallelism=config.parallelism,{% if cookiecutter.task == 'causal-lm' %}
     max_new_tokens=16,{% endif %}
 )
-if config.parallelism == "fsdp":
+if config.parallelism == "fsdp" or launch_options["num_processes"] == 1:
     predict_cli.run(predict)  # this process drives every chip, as in training
 else:
     notebook_launcher(predict_cli.run, (predict,), **launch_options)

@@ -4,7 +4,6 @@ row; no other profile runs it); the quick profile narrowed to 4 layers (seconds:
 
 import pytest
 
-from . import profiles
 from .measure_compile_time import ROWS, measure
 
 GROUP = "compile time: layers as written against scanned"
