@@ -140,6 +140,8 @@ def two_hosts(tmp_path_factory):
 
 def test_only_host_0_writes_the_shared_files_and_each_host_its_own_shards(two_hosts):
     shared, first, (events_0, events_1), _ = two_hosts
+    # Both hosts trained with the JAX step, the default (torchax loaded on both: the hosts' barriers still meet).
+    assert json.loads((shared / "report.json").read_text())["step_function"] == "jax"
     shared_files = ("report.json", f"checkpoints/{LATEST}", f"checkpoints/.epoch-2.partial/{PROGRESS}",
                     f"checkpoints/.epoch-2.partial/{HOST_STATE}", "model/config.json", "model/model.safetensors")
     for path in shared_files:

@@ -107,7 +107,7 @@ def test_the_default_step_is_the_jax_one_on_four_spmd_devices_in_the_baked_layou
     assert "libtpu" not in result.stderr and "TPU_WORKER_HOSTNAMES" not in result.stderr  # jax lowers for the CPU here
 
 
-ALONE = {"on_xla": True, "layout": "fsdp", "processes": 1, "hosts": 1}
+ALONE = {"on_xla": True, "layout": "fsdp", "processes": 1}
 
 
 @pytest.mark.parametrize(("settings", "refusal"), [
@@ -130,7 +130,6 @@ def test_what_the_jax_step_cannot_do_is_refused(settings, refusal):
 
 @pytest.mark.parametrize(("found", "refusal"), [
     ({"layout": "data", "processes": 2}, "parallelism='data' takes one process per host"),
-    ({"hosts": 2}, "runs on one host for now"),
     ({"on_xla": False}, "needs an XLA device"),
 ])
 def test_what_the_run_finds_as_it_prepares_is_refused_too(found, refusal):

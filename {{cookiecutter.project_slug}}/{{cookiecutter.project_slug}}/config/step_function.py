@@ -32,7 +32,6 @@ class Found:
     on_xla: bool  # the accelerator's device is an XLA device (torch_xla)
     layout: str  # parallel/'s layout name: data or fsdp
     processes: int  # the run's processes
-    hosts: int  # the hosts the layout spans
 
 
 def whole_step_refusals(config, found: Found | None = None) -> dict[str, str]:
@@ -57,8 +56,6 @@ def whole_step_refusals(config, found: Found | None = None) -> dict[str, str]:
         refusals["processes"] = (f"step_function='jax' with parallelism='data' takes one process per host, driving "
                                  f"its chips over an SPMD mesh, not {found.processes} processes (one per chip): start "
                                  "train.py as one process (docs/chip-waiting.md), or use step_function=lazy")
-    if found.hosts > 1:  # torchax breaks torch.distributed's barrier (xla/runtime.py)
-        refusals["hosts"] = "step_function='jax' runs on one host for now: use step_function=lazy on several hosts"
     if problem := _jax_problem():
         refusals["jax"] = problem
     return refusals

@@ -50,7 +50,9 @@ def barrier(accelerator) -> None:
     if hosts.joined():
         import torch.distributed as dist
 
-        dist.barrier()
+        # gloo's own barrier, not dist.barrier: torch 2.9's asks torch._C._get_accelerator(), which raises ("Please
+        # register PrivateUse1HooksInterface") once torchax, loaded for the JAX step, has named PrivateUse1 "jax".
+        dist.monitored_barrier()
     elif accelerator.num_processes > 1:
         accelerator.wait_for_everyone()
 

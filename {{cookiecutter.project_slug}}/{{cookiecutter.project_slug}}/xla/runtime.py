@@ -96,8 +96,8 @@ def keep_torchax_out() -> None:
 def torchax_for_the_jax_step() -> None:
     """Let torchax in for the JAX step (undoing keep_torchax_out), draw its random bits as a TPU does best, and keep it
     from passing for this machine's accelerator: Accelerate's free_memory and torch.distributed.checkpoint's writer
-    ask for it only when it says it is available. torch.distributed's barrier still fails with it (several hosts:
-    refused, loop/preparation.py)."""
+    ask for it only when it says it is available. torch.distributed's barrier still fails with it: the hosts' barrier
+    is gloo's monitored one (launch/processes.py)."""
     if "torchax" in sys.modules and sys.modules["torchax"] is None:
         del sys.modules["torchax"]
     import jax
