@@ -23,7 +23,7 @@ def test_a_tpu_step_mostly_traced_is_called_host_bound():
     tracing = traced(*[(30, 30, 30)] * 5)  # 91 ms traced
     waiting = tracing.host_share("xla:TPU", steady_step_seconds=0.1)
     assert waiting["share"] == 0.91 and waiting["says"].startswith("host-bound")
-    assert "--step_function jax" in waiting["says"] and "--train_batch_size" in waiting["says"]
+    assert "the JAX step" in waiting["says"] and "--train_batch_size" in waiting["says"]
     busy = tracing.host_share("xla:TPU", steady_step_seconds=0.5)
     assert busy["share"] == 0.182 and not busy["says"].startswith("host-bound")
 

@@ -43,7 +43,7 @@ class Prepared:
     accumulation: int  # micro-batches per chip in one optimizer step (--gradient_accumulation_steps)
     optimizer_steps: int  # of the whole run
     clip: Callable | None  # clips the gradients in the step (the layout's clip at --max_grad_norm); None: no clipping
-    whole_step: Callable | None = None  # --step_function jax: the step as one JAX function (xla/jax_step.py)
+    whole_step: Callable | None = None  # the JAX step: the step as one JAX function (xla/jax_step.py)
     data_preparation: dict | None = None  # this process's seconds preparing the examples, and whether all were cached
 
     @property

@@ -37,7 +37,7 @@ class StepParts(NamedTuple):
     scheduler: object
     clip: object = None  # clips the gradients and returns their norm before clipping (Prepared.clip); None: no clipping
     accumulation: int = 1  # micro-batches in the step (--gradient_accumulation_steps)
-    whole_step: object = None  # xla/jax_step.py's WholeStep (--step_function jax): the whole step in one call
+    whole_step: object = None  # xla/jax_step.py's WholeStep (the JAX step): the whole step in one call
 
 
 def train_step(accelerator, parts: StepParts, batch, tracing=None):

@@ -13,7 +13,7 @@ time spent inside an accumulated step's own syncs is left out: that is the devic
 import statistics
 import time
 
-PHASES = ("forward", "backward", "optimizer", "whole_step")  # whole_step: --step_function jax, one call for all three
+PHASES = ("forward", "backward", "optimizer", "whole_step")  # whole_step: the JAX step, one call for all three
 FIRST_STEPS_LEFT_OUT = 2
 HOST_BOUND_SHARE = 0.8  # at this share of the step or more the chip waits on the host
 
@@ -69,7 +69,7 @@ class HostTracing:
             return {"share": None, "says": "no steady steps timed (the run was too short, or --watch_compilations off)"}
         share = min(traced["step"] / steady_step_seconds, 1.0)
         says = (f"host-bound: tracing takes {traced['step'] * 1e3:.1f} ms of every {steady_step_seconds * 1e3:.1f} ms "
-                "step, so the chip waits; try --step_function jax or auto (the step traced once), or a larger per-chip batch "
+                "step, so the chip waits; the JAX step traces it once (the default where it can run: step_function_why says why not), or a larger per-chip batch "
                 "(--train_batch_size): the host's time stays the same while the chip's grows"
                 if share >= HOST_BOUND_SHARE else "the chip is busy for most of the step: tracing hides behind it")
         return {"share": round(share, 3), "says": says}

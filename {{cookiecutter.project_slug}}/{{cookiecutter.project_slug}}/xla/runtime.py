@@ -84,7 +84,7 @@ def gather_objects(value) -> list:
 def keep_torchax_out() -> None:
     """Keep torchax, the JAX bridge in torch_xla's wheel, out of a run of the lazy step (call before the runtime starts).
 
-    Once jax is installed (--step_function jax needs it), torch_xla imports torchax at the first `mark_sharding`, and
+    Once jax is installed (the JAX step needs it), torch_xla imports torchax at the first `mark_sharding`, and
     torchax registers itself as torch's PrivateUse1 device "jax" without the hooks torch asks such a device for:
     torch.distributed's barrier then fails between hosts ("Please register PrivateUse1HooksInterface"), Accelerate's
     free_memory empties its "cache" (an internal assert) and torch.distributed.checkpoint's writer asks it for a

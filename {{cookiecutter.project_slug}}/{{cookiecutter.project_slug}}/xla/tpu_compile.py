@@ -5,7 +5,7 @@ What comes back is the compiler's, per chip: its memory analysis (what the step'
 in HBM, and the peak) and cost analysis (FLOPs, bytes accessed), with the seconds the compile took: what a TPU's first
 step waits for, give or take the host. A step that does not fit fails to compile, with the TPU's own words.
 
-Needs the `plan` extra (libtpu, about 150 MB; jax and torchax as --step_function jax does). Nothing is allocated:
+Needs the `plan` extra (libtpu, about 150 MB; jax and torchax as the JAX step does). Nothing is allocated:
 the model lives on the meta device and every input is a jax.ShapeDtypeStruct.
 """
 
