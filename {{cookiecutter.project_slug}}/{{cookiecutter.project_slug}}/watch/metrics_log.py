@@ -53,6 +53,7 @@ class HostReads:
                 self._read.put((key, [tensor.detach().cpu() for tensor in tensors]))  # waits for the device, here only
             except Exception as error:  # handed to the loop's thread, which raises it
                 self._read.put((key, error))
+            self._asked.task_done()
 
     def done(self) -> list:
         """(key, host tensors) of every read finished so far, without waiting."""
@@ -65,6 +66,11 @@ class HostReads:
             if isinstance(values, Exception):
                 raise values
             finished.append((key, values))
+
+    def wait(self) -> list:
+        """(key, host tensors) of every read asked for so far, once each is finished; the thread goes on."""
+        self._asked.join()
+        return self.done()
 
     def finish(self) -> list:
         """Wait for every read asked for; stop the thread."""
@@ -142,6 +148,11 @@ class MetricsLog:
         self._write_finished(run, self.reads.done())
 
     def after_evaluation(self, run) -> None:
+        if self.reads is not None:
+            # The logs of the steps before this evaluation first, in step order: a read may still be in flight (the
+            # JAX step dispatches the next step fast; seen: step 15's line written after step 16's evaluation). The
+            # evaluation has read its own results, so the device has run those steps: a short wait.
+            self._write_finished(run, self.reads.wait())
         if self.main:
             self._write({"step": run.global_step, "epoch": self._epoch(run), **run.evaluation})
 
