@@ -4,6 +4,7 @@ row; no other profile runs it); the quick profile narrowed to 4 layers (seconds:
 
 import pytest
 
+from . import isolation
 from .measure_compile_time import ROWS, measure
 
 GROUP = "compile time: layers as written against scanned"
@@ -14,6 +15,8 @@ GROUP = "compile time: layers as written against scanned"
 def test_compile_time_of_the_step_with_its_layers_scanned(benchmark, profile, row):
     pytest.importorskip("libtpu", reason="the plan extra is not installed here (pip install -e '.[plan]' runs it)")
     benchmark.extra_info.update(headline="compile_seconds", row=row)
-    result = benchmark.pedantic(measure, args=(row, profile.name != "compile"), rounds=1, iterations=1)
+    # In a forked child: jax and libtpu loaded in this process would hang every later benchmark's fork (their threads
+    # do not survive one).
+    result = benchmark.pedantic(isolation.run, args=(measure, row, profile.name != "compile"), rounds=1, iterations=1)
     benchmark.extra_info.update(result)
     assert result["compile_seconds"] > 0 and result["peak_gib"] > 0
