@@ -126,10 +126,14 @@ def eval_cell(cell: Cell, profile: Profile, cache_dir: str | None = None) -> dic
 
 
 def compare_config(profile: Profile, output_dir: str, **overrides) -> TrainConfig:
-    """The project's baked batch sizes and padding; demo data; the profile's length, epochs and examples."""
+    """The project's baked batch sizes and padding; demo data; the profile's length, epochs and examples; the lazy step.
+
+    The lazy step, as these comparisons with the Trainer's loop were set: on XLA:CPU the device's time dominates a
+    steady step, and the JAX step's (the default) measured 1.015 of the tuned Trainer's in bf16 (one fresh clone, 3
+    rounds, 2026-12-06); its gain is the host's time on a TPU (docs/chip-waiting.md)."""
     return workload.config_for(
         profile, num_epochs=profile.compare_epochs, max_train_examples=profile.compare_train_examples,
-        output_dir=output_dir, **overrides,
+        output_dir=output_dir, **{"step_function": "lazy", **overrides},
     )
 
 

@@ -25,6 +25,13 @@ from model_matrix import LENGTH, demo_tokenizer, write_model
 
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig, step_function
 from {{ cookiecutter.project_slug }}.data.sources import DEMO_FILES
+from {{ cookiecutter.project_slug }}.precision.levels import requested_level
+
+# The bake's own level: its XLA bf16 variables (pure_bf16 xla or downcast) take the lazy step by default.
+BAKED_LEVEL = requested_level(TrainConfig().precision)
+JAX_AT_THE_BAKED_LEVEL = BAKED_LEVEL not in ("pure-bf16-xla", "pure-bf16-downcast")
+# Settings the refusals below are asked about, at a level the JAX step takes whatever the bake's.
+BASE = {"mixed_precision": "bf16", "pure_bf16": "no"}
 
 # At the bake's precision (bf16 autocast by default), dropout on: as users run it. The default step (auto): the JAX
 # one on an XLA device.
@@ -36,6 +43,8 @@ JAX_RUN = ["--demo", "true", "--max_seq_length", "32", "--max_train_examples", "
 @pytest.mark.slow
 @pytest.mark.layout("data")
 def test_the_jax_step_trains_adds_no_graph_and_resumes_bit_for_bit(tmp_path):
+    if not JAX_AT_THE_BAKED_LEVEL:
+        pytest.skip(f"the bake's {BAKED_LEVEL} takes the lazy step (its resume: tests/test_resume.py)")
     uninterrupted = tmp_path / "uninterrupted"
     run(python_command("--output_dir", str(uninterrupted), *JAX_RUN, "--save_steps", "3", "--keep_checkpoints", "4"))
     report = json.loads((uninterrupted / "report.json").read_text())
@@ -94,6 +103,10 @@ def test_the_default_step_is_the_jax_one_on_four_spmd_devices_in_the_baked_layou
     step as one JAX function, said on its first line; under fsdp the weights and moments stay split over the devices,
     under data (parallel/data_spmd.py) each device holds them whole and a quarter of every batch; no graph added."""
     report, result = train(tmp_path, *quick("--train_batch_size", "4"), env=spmd_env(4))
+    if not JAX_AT_THE_BAKED_LEVEL:  # auto takes the lazy step at the bake's level, and says why
+        assert report["step_function"] == "lazy" and "pure_bf16" in report["step_function_why"]
+        assert "step_function: lazy (auto: the JAX step with pure_bf16=" in result.stdout
+        return
     assert "step_function: jax (the whole step as one JAX function)" in result.stdout
     assert report["step_function"] == "jax" and report["step_function_why"] is None
     layout = report["layout"]
@@ -116,13 +129,13 @@ ALONE = {"on_xla": True, "layout": "fsdp", "processes": 1}
 ])
 def test_what_the_jax_step_cannot_do_is_refused(settings, refusal):
     with pytest.raises(ConfigError, match=refusal):
-        TrainConfig(step_function="jax", **settings)
+        TrainConfig(step_function="jax", **{**BASE, **settings})
     with pytest.raises(ConfigError, match="step_function='eager': must be one of auto, jax, lazy"):
         TrainConfig(step_function="eager")
     # The same list is plan.py's --compile's: a lazy run's settings are asked too.
-    assert list(step_function.whole_step_refusals(TrainConfig(**settings))) == [next(iter(settings))]
+    assert list(step_function.whole_step_refusals(TrainConfig(**{**BASE, **settings}))) == [next(iter(settings))]
     # The default, auto, takes the lazy step instead and says why, in the refusal's words.
-    auto = TrainConfig(**settings)
+    auto = TrainConfig(**{**BASE, **settings})
     assert auto.step_function == "auto"
     chosen = step_function.choose(auto, step_function.Found(**ALONE))
     assert (chosen.name, chosen.why.startswith("the JAX step")) == ("lazy", True) and refusal in chosen.why
@@ -134,18 +147,18 @@ def test_what_the_jax_step_cannot_do_is_refused(settings, refusal):
 ])
 def test_what_the_run_finds_as_it_prepares_is_refused_too(found, refusal):
     """The refusals loop/preparation.py asks for once the device, the layout and the processes are known."""
-    jax = TrainConfig(step_function="jax")
+    jax = TrainConfig(step_function="jax", **BASE)
     # One process on one host: nothing refused but jax and flax where they are not installed.
     assert set(step_function.whole_step_refusals(jax, step_function.Found(**ALONE))) <= {"jax"}
     with pytest.raises(ConfigError, match=refusal):
         step_function.check(jax, step_function.Found(**{**ALONE, **found}))
-    lazy = TrainConfig(step_function="lazy")
+    lazy = TrainConfig(step_function="lazy", **BASE)
     assert step_function.choose(lazy, step_function.Found(**{**ALONE, **found})) == step_function.Choice(False)
     # auto, the default: the lazy step, the same reason said
-    chosen = step_function.choose(TrainConfig(), step_function.Found(**{**ALONE, **found}))
+    chosen = step_function.choose(TrainConfig(**BASE), step_function.Found(**{**ALONE, **found}))
     assert not chosen.whole and refusal in chosen.why
     if importlib.util.find_spec("jax") and importlib.util.find_spec("flax"):
-        assert step_function.choose(TrainConfig(), step_function.Found(**ALONE)) == step_function.Choice(True)
+        assert step_function.choose(TrainConfig(**BASE), step_function.Found(**ALONE)) == step_function.Choice(True)
 
 
 @pytest.mark.slow

@@ -43,8 +43,8 @@ def whole_step_refusals(config, found: Found | None = None) -> dict[str, str]:
     refusals = {}
     if config.optim != "adamw" or config.kahan_summation:
         refusals["optim"] = "step_function='jax' runs the project's AdamW: leave optim=adamw and kahan_summation off"
-    if config.pure_bf16 not in (None, "no", "cast"):
-        refusals["pure_bf16"] = (f"step_function='jax' with pure_bf16={config.pure_bf16!r}: XLA's bf16 variables do not "
+    if (pure := _pure_bf16(config)) in ("xla", "downcast"):
+        refusals["pure_bf16"] = (f"step_function='jax' with pure_bf16={pure!r}: XLA's bf16 variables do not "
                                  "reach a JAX function; use pure_bf16=cast or no")
     if found is None:
         return refusals
@@ -77,6 +77,18 @@ def check(config, found: Found | None = None) -> None:
         raise ConfigError(f"step_function={config.step_function!r}: must be one of {', '.join(STEP_FUNCTIONS)}")
     if config.step_function == "jax" and (refusals := whole_step_refusals(config, found)):
         raise ConfigError(next(iter(refusals.values())))
+
+
+def _pure_bf16(config) -> str | None:
+    """The pure_bf16 the run trains at: its flag, else the launcher's or the baked answer (precision/levels.py), as
+    the run decides it; None where that is refused (the precision's own check says why)."""
+    from ..precision.levels import requested_level
+
+    try:
+        level = requested_level(config.precision)
+    except ConfigError:
+        return None
+    return level.removeprefix("pure-bf16-") if level.startswith("pure-bf16-") else "no"
 
 
 def _jax_problem() -> str | None:
