@@ -32,6 +32,7 @@ class Found:
     on_xla: bool  # the accelerator's device is an XLA device (torch_xla)
     layout: str  # parallel/'s layout name: data or fsdp
     processes: int  # the run's processes
+    level: str | None = None  # the precision level it trains at (precision/levels.py's requested_level)
 
 
 def whole_step_refusals(config, found: Found | None = None) -> dict[str, str]:
@@ -43,7 +44,7 @@ def whole_step_refusals(config, found: Found | None = None) -> dict[str, str]:
     refusals = {}
     if config.optim != "adamw" or config.kahan_summation:
         refusals["optim"] = "step_function='jax' runs the project's AdamW: leave optim=adamw and kahan_summation off"
-    if (pure := _pure_bf16(config)) in ("xla", "downcast"):
+    if (pure := _pure_bf16(config, found)) in ("xla", "downcast"):
         refusals["pure_bf16"] = (f"step_function='jax' with pure_bf16={pure!r}: XLA's bf16 variables do not "
                                  "reach a JAX function; use pure_bf16=cast or no")
     if found is None:
@@ -79,16 +80,12 @@ def check(config, found: Found | None = None) -> None:
         raise ConfigError(next(iter(refusals.values())))
 
 
-def _pure_bf16(config) -> str | None:
-    """The pure_bf16 the run trains at: its flag, else the launcher's or the baked answer (precision/levels.py), as
-    the run decides it; None where that is refused (the precision's own check says why)."""
-    from ..precision.levels import requested_level
-
-    try:
-        level = requested_level(config.precision)
-    except ConfigError:
-        return None
-    return level.removeprefix("pure-bf16-") if level.startswith("pure-bf16-") else "no"
+def _pure_bf16(config, found: Found | None) -> str | None:
+    """The pure_bf16 the run trains at: the level the run found (its flag, else the launcher's or the baked answer:
+    precision/levels.py), else the flag alone (the settings as they are made, the plan)."""
+    if found is None or found.level is None:
+        return config.pure_bf16
+    return found.level.removeprefix("pure-bf16-") if found.level.startswith("pure-bf16-") else "no"
 
 
 def _jax_problem() -> str | None:

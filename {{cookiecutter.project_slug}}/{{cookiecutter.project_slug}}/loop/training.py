@@ -79,7 +79,7 @@ def _training_function(model, config: TrainConfig, lock: run_lock.RunLock) -> di
     set_seed(config.seed)
     processes.quiet_unless_main(accelerator)
     found = step_function.Found(on_xla=devices.uses_xla(accelerator.device), layout=layout.name,
-                                processes=accelerator.num_processes)
+                                processes=accelerator.num_processes, level=level)
     with output_folder.removed_if_refused(config.output_dir, made_output_dir):  # an explicit jax that cannot run
         step = step_function.choose(config, found)
     if environment.xla_installed() and not step.whole:
