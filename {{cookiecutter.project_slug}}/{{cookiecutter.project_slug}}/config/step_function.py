@@ -65,10 +65,12 @@ def whole_step_refusals(config, found: Found | None = None) -> dict[str, str]:
 def choose(config, found: Found) -> Choice:
     """The step this run takes: jax when asked for or when auto finds nothing refused, else lazy (auto says why).
     An explicit jax that cannot run is refused in one line (ConfigError)."""
-    check(config, found)
+    check(config)  # the value itself
     if config.step_function == "lazy":
         return Choice(False)
     refusals = whole_step_refusals(config, found)
+    if refusals and config.step_function == "jax":
+        raise ConfigError(next(iter(refusals.values())))
     return Choice(False, next(iter(refusals.values())).replace("step_function='jax'", "the JAX step")) if refusals else Choice(True)
 
 
