@@ -23,7 +23,7 @@ TEST_ENV := PJRT_DEVICE=CPU REQUIRE_XLA=1 HF_HUB_OFFLINE=1
 # Timed alone, before the rest: pytest-benchmark measures nothing under pytest-xdist (it disables itself there).
 BAKE_TIME := benchmarks/test_bake_time.py
 
-.PHONY: help env envs demo check test notebook results mutation clean
+.PHONY: help env envs demo check test flaky notebook results mutation clean
 
 help: ## List the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'
@@ -72,6 +72,10 @@ test: envs ## Lint, then everything: bakes, hooks, the four main bakes' whole su
 	$(PY) tools/durations.py $(DURATIONS) > $(RESULTS)/durations.md && head -n 20 $(RESULTS)/durations.md; \
 	echo "The newest allowed releases (tests/test_newest_versions.py):"; head -n 9 $(RESULTS)/newest-versions.txt; \
 	exit $$status
+
+ROUNDS ?= 5
+flaky: env ## Rerun the four bakes' machinery tests (signals, processes, launchers) ROUNDS times beside busy cores
+	$(TEST_ENV) $(PY) tools/flaky.py --rounds $(ROUNDS)
 
 mutation: env ## Named mutations of the modules whose tests train little, each against its tests (not in make test)
 	$(PY) tools/mutations.py $(RESULTS)/mutation.md

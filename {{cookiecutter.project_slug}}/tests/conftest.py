@@ -138,6 +138,59 @@ def quick(*extra) -> list[str]:
 # Hide torch_xla from this interpreter and everything it imports: a laptop without it.
 NO_XLA_PRELUDE = "import sys; sys.modules['torch_xla'] = None; "
 
+# The door for the tests that interrupt a run (a signal, a kill): the run waits at a named point until the test has
+# acted, so where it stops is an event the test chose, never a race against the steps after it. STEP_DOOR wraps the
+# loop's own train_step (loop/fit.py calls it by that name): after this process's TEST_PAUSE_AT_STEP-th optimizer
+# step, before that step's boundary (where the preemption callback reads its signals and the checkpoint schedule
+# saves), the run makes the file paused-<rank> in the folder TEST_STEP_DOOR and waits there until the file `release`
+# exists in it (the test makes it once it has acted). At most 300 s: a guard against a hang, never reached. A signal
+# sent while it waits is noted by the run's handler and acted on at that very boundary.
+STEP_DOOR = """
+import os as _os, time as _time
+from {{ cookiecutter.project_slug }}.loop import fit as _fit
+
+def _through_the_door(original, taken=[]):
+    def train_step(*args, **kwargs):
+        result = original(*args, **kwargs)
+        taken.append(None)
+        if len(taken) == int(_os.environ.get("TEST_PAUSE_AT_STEP", "0")):
+            door = _os.environ["TEST_STEP_DOOR"]
+            open(_os.path.join(door, "paused-" + _os.environ.get("RANK", "0")), "w").close()
+            release, deadline = _os.path.join(door, "release"), _time.monotonic() + 300
+            while not _os.path.exists(release) and _time.monotonic() < deadline:
+                _time.sleep(0.01)
+        return result
+    return train_step
+
+_fit.train_step = _through_the_door(_fit.train_step)
+"""
+
+# The training command line, after any of the code above.
+RUN_CLI = """
+import runpy, sys
+sys.argv = ["cli", *sys.argv[1:]]
+runpy.run_module("{{ cookiecutter.project_slug }}.cli", run_name="__main__", alter_sys=True)
+"""
+
+
+class StepDoor:
+    """The test's side of STEP_DOOR: the environment that makes a run wait after its `step`-th optimizer step, and
+    the files that say it waits and release it."""
+
+    def __init__(self, folder: Path, step: int):
+        self.folder, self.step = folder, step
+        folder.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def env(self) -> dict:
+        return {"TEST_STEP_DOOR": str(self.folder), "TEST_PAUSE_AT_STEP": str(self.step)}
+
+    def waiting(self, rank: int = 0) -> bool:
+        return (self.folder / f"paused-{rank}").is_file()
+
+    def release(self) -> None:
+        (self.folder / "release").touch()
+
 
 # The layout this project was generated for. A test trains at it unless it is about one layout (marked
 # `layout("data")` or `layout("fsdp")`): such a test runs in a project of that layout. The loop's machinery (marked
@@ -379,7 +432,6 @@ if os.environ.get("TEST_ONLY_MAIN_SEES_NO_HUB"):
 def recording(accelerator, parts, *args):
     rates.append(parts.optimizer.param_groups[0]["lr"])
     loss = original(accelerator, parts, *args)
-    Path(record, f"stepped-{os.environ.get('RANK', '0')}").touch()  # a test may wait for the first step
     return loss
 
 def run(model, config):

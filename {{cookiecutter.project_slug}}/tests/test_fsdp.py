@@ -12,9 +12,12 @@ import pytest
 import torch
 from conftest import (
     METRIC,
+    RUN_CLI,
+    STEP_DOOR,
     TASK,
+    StepDoor,
     evaluate_on_cpu,
-    python_command,
+    python_code,
     quick,
     spmd_env,
     start,
@@ -115,18 +118,20 @@ def test_sharding_adds_no_graph_and_epochs_add_none(one_device, four_devices):
 def test_sigkill_and_resume_end_with_the_uninterrupted_weights_and_metrics(tmp_path, four_devices):
     uninterrupted, _, _, uninterrupted_output = four_devices
     output = tmp_path / "outputs"
-    command = python_command("--output_dir", str(output), *RUN, *EXPORTING)
+    # Killed while it waits after step 6 (conftest.STEP_DOOR): step 5's checkpoint is the newest one.
+    door = StepDoor(tmp_path / "door", 6)
+    command = python_code(STEP_DOOR + RUN_CLI, "--output_dir", str(output), *RUN, *EXPORTING)
     stderr = tmp_path / "killed.stderr"
-    process = start(command, run_env(DEVICES), tmp_path / "killed.stdout", stderr)
-    latest = output / "checkpoints" / "LATEST"
+    process = start(command, {**run_env(DEVICES), **door.env}, tmp_path / "killed.stdout", stderr)
     deadline = time.monotonic() + 600
-    while not (latest.is_file() and latest.read_text().strip() == "step-5"):
+    while not door.waiting():
         assert process.poll() is None, stderr.read_text(errors="replace")[-3000:]
-        assert time.monotonic() < deadline, "no step checkpoint"
+        assert time.monotonic() < deadline, "the run never reached step 6"
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert process.returncode == -signal.SIGKILL
+    assert (output / "checkpoints" / "LATEST").read_text().strip() == "step-5"
     assert (output / "checkpoints" / "step-5" / "sharded" / ".metadata").is_file()  # torch.distributed.checkpoint
 
     resumed, result = train(tmp_path, *RUN, *EXPORTING, "--resume", env=run_env(DEVICES))

@@ -2,10 +2,10 @@
 
 One uninterrupted run is the reference. Another run is SIGKILLed three times, each time
 restarted with --resume, and must end with exactly the reference's weights and metrics.
-The kill points are made deterministic by watching the run: between epochs (as soon as
-LATEST names epoch 1), in a training step (after epoch 2's first step is reported, while
-the rest of the epoch runs) and in a save (PAUSE_IN_SAVE, injected by this test, holds a fully
-staged, not yet committed checkpoint open long enough to be killed there).
+Every kill and signal lands at a point the run waits at until the test has acted, never in a race against the
+steps after it: after a chosen optimizer step (conftest.STEP_DOOR: between epochs is after epoch 2's first step, in a
+training step is after one inside epoch 2) and in a save (PAUSE_IN_SAVE, injected by this test, holds a fully staged,
+not yet committed checkpoint open).
 
 All of it is the loop's machinery, tested in the text-classification project of the data layout (tests/conftest.py;
 test_fsdp.py and test_hosts.py resume the fsdp layout's sharded checkpoints), except a SIGTERM in the middle of an
@@ -13,7 +13,6 @@ epoch and its resume, which each task's data-layout project runs on its own batc
 """
 
 import json
-import re
 import signal
 import subprocess
 import tempfile
@@ -25,6 +24,9 @@ import pytest
 import torch
 from conftest import (
     METRIC,
+    RUN_CLI,
+    STEP_DOOR,
+    StepDoor,
     assert_same_weights_and_optimizer_state,
     child_env,
     python_code,
@@ -54,7 +56,6 @@ RUN = [
 RESUME = [*RUN, "--resume", "true"]
 WEIGHTS = "pytorch_model.bin"
 METRICS = (METRIC, "eval_loss", "eval_examples_counted")
-STEP_SHOWN = re.compile(rb"epoch (\d)/2:[^\r\n]*\| *(\d)/8 ")
 
 
 def latest(output) -> str | None:
@@ -72,10 +73,10 @@ def assert_same_weights(found, expected):
         assert torch.equal(found[name], expected[name]), f"{name} differs from the uninterrupted run"
 
 
-def cli_with_save_state(body: str) -> str:
-    """The training command line with Accelerate's save_state replaced by `body` (which may call `original`)."""
+def save_state_replaced(body: str) -> str:
+    """Code that replaces Accelerate's save_state with `body` (which may call `original`)."""
     return f"""
-import errno, os, runpy, sys, time
+import errno, os, time
 import accelerate
 
 original, calls = accelerate.Accelerator.save_state, []
@@ -84,16 +85,19 @@ def save_state(self, output_dir=None, **kwargs):
 {textwrap.indent(textwrap.dedent(body).strip(), "    ")}
 
 accelerate.Accelerator.save_state = save_state
-sys.argv = ["cli", *sys.argv[1:]]
-runpy.run_module("{{ cookiecutter.project_slug }}.cli", run_name="__main__", alter_sys=True)
 """
+
+
+def cli_with_save_state(body: str) -> str:
+    """The training command line with Accelerate's save_state replaced by `body` (which may call `original`)."""
+    return save_state_replaced(body) + RUN_CLI
 
 
 # Every file of the checkpoint staged, nothing committed yet: held there to be signalled or killed.
 # TEST_PAUSE_FROM_SAVE: the first save that pauses (1: every one); there it makes the file TEST_PAUSED (the test's
 # signal to act: an event, not a time) and waits until the file TEST_PAUSE_UNTIL exists (the test makes it once its
 # signal is sent), at most 120 s (a guard against a hang, never reached).
-PAUSE_IN_SAVE = cli_with_save_state("""
+PAUSE_IN_SAVE = save_state_replaced("""
     calls.append(output_dir)
     saved = original(self, output_dir, **kwargs)
     if len(calls) >= int(os.environ.get("TEST_PAUSE_FROM_SAVE", "1")):
@@ -107,25 +111,28 @@ PAUSE_IN_SAVE = cli_with_save_state("""
 
 # Ctrl-C in a terminal: the command line with Python's own SIGINT handler in place (a test runner's worker may
 # ignore SIGINT, and a child inherits that).
-CLI_WITH_CTRL_C = """
-import runpy, signal, sys
+CTRL_C = """
+import signal
 signal.signal(signal.SIGINT, signal.default_int_handler)
-sys.argv = ["cli", *sys.argv[1:]]
-runpy.run_module("{{ cookiecutter.project_slug }}.cli", run_name="__main__", alter_sys=True)
 """
 
 
 class Watched:
-    """A training run in a child process whose output is read while it runs (from the files it writes)."""
+    """A training run in a child process whose output is read while it runs (from the files it writes).
 
-    def __init__(self, output, args, pause_in_save=False, code=None, **env):
+    `pause_at_step`: the run waits after that optimizer step (conftest.STEP_DOOR) until the test acts; `pause_in_save`:
+    in its save (PAUSE_IN_SAVE); `ctrl_c`: with Python's own SIGINT handler, as in a terminal."""
+
+    def __init__(self, output, args, pause_in_save=False, pause_at_step=None, ctrl_c=False, **env):
         arguments = ("--output_dir", str(output), *args)
-        code = PAUSE_IN_SAVE if pause_in_save else code
-        command = python_code(code, *arguments) if code else python_command(*arguments)
         logs = Path(tempfile.mkdtemp(prefix="watched-", dir=output.parent))
         self.out, self.err, self.paused = logs / "stdout", logs / "stderr", logs / "paused-in-save"
-        self.process = start(command, child_env(PYTHONUNBUFFERED="1", TEST_PAUSED=str(self.paused), **env),
-                             self.out, self.err)
+        self.door = StepDoor(logs / "door", pause_at_step or 0)
+        code = "".join(piece for piece, wanted in ((CTRL_C, ctrl_c), (STEP_DOOR, pause_at_step),
+                                                   (PAUSE_IN_SAVE, pause_in_save)) if wanted)
+        command = python_code(code + RUN_CLI, *arguments) if code else python_command(*arguments)
+        self.process = start(command, child_env(PYTHONUNBUFFERED="1", TEST_PAUSED=str(self.paused), **self.door.env,
+                                                **env), self.out, self.err)
 
     @property
     def stderr(self) -> bytes:
@@ -150,18 +157,15 @@ class Watched:
         self.process.wait(timeout=600)
         return self.process.returncode, self.text()
 
+    def signal_at_the_door(self, number) -> tuple[int, str]:
+        """Send signal `number` while the run waits after its step (pause_at_step), then let it go on."""
+        return self.signal_when(self.door.waiting, number, then=self.door.release)
+
     def kill_when(self, ready, timeout=900) -> str:
         """SIGKILL the run as soon as ready() holds; fail if it ends first."""
         code, text = self.signal_when(ready, signal.SIGKILL, timeout)
         assert code == -signal.SIGKILL
         return text
-
-    def trained(self, epoch: int, step: int):
-        """A ready() for signal_when: the progress bar shows at least `step` steps of `epoch`."""
-        return lambda: any(
-            int(found_epoch) == epoch and int(found_step) >= step
-            for found_epoch, found_step in STEP_SHOWN.findall(self.stderr)
-        )
 
 
 @pytest.fixture(scope="module")
@@ -182,14 +186,14 @@ def test_killed_three_times_resumes_to_the_uninterrupted_result(reference, tmp_p
     output = tmp_path / "outputs"
     checkpoints = output / "checkpoints"
 
-    # 1. Between epochs: epoch 1 is committed, epoch 2 has begun.
-    Watched(output, RUN).kill_when(lambda: latest(output) == "epoch-1")
+    # 1. Between epochs: epoch 1 is committed, epoch 2 has begun (killed after its first step, global step 9).
+    between = Watched(output, RUN, pause_at_step=9)
+    between.kill_when(between.door.waiting)
     assert latest(output) == "epoch-1" and not (checkpoints / "epoch-2").exists()
 
-    # 2. In a training step of epoch 2, after the resumed run has taken one.
-    stepped = re.compile(rb"epoch 2/2:[^\r\n]*\| *[1-6]/8 ")
-    resumed = Watched(output, RESUME)
-    log = resumed.kill_when(lambda: stepped.search(resumed.stderr))
+    # 2. In a training step of epoch 2, after the resumed run has taken some (killed after its third, step 11).
+    resumed = Watched(output, RESUME, pause_at_step=3)
+    log = resumed.kill_when(resumed.door.waiting)
     assert "resume: continuing after epoch 1" in log
     assert "taking over the lock of process" in log and "that process is no longer running" in log  # run_lock.py
     assert latest(output) == "epoch-1" and not (checkpoints / "epoch-2").exists()
@@ -271,18 +275,15 @@ def test_sigterm_stops_at_a_step_with_a_checkpoint_and_resume_ends_as_the_uninte
     final, expected = reference
     output = tmp_path / "outputs"
     signal_name = "SIGINT" if point.startswith("ctrl-c") else "SIGTERM"
-    if point == "ctrl-c-mid-epoch-2":
-        epoch, step = 2, 4
-        watched = Watched(output, RUN, code=CLI_WITH_CTRL_C)
-        code, text = watched.signal_when(watched.trained(epoch, step), signal.SIGINT)
-    elif point == "during-the-epoch-1-save":
+    if point == "during-the-epoch-1-save":
         release = tmp_path / "signal-sent"
         watched = Watched(output, RUN, pause_in_save=True, TEST_PAUSE_UNTIL=str(release))
         code, text = watched.signal_when(watched.paused.is_file, signal.SIGTERM, then=release.touch)
     else:
+        # The signal lands while the run waits after this step, before its boundary: it stops exactly there.
         epoch, step = (1, 1) if point == "early-in-epoch-1" else (2, 4)
-        watched = Watched(output, RUN)
-        code, text = watched.signal_when(watched.trained(epoch, step), signal.SIGTERM)
+        watched = Watched(output, RUN, pause_at_step=(epoch - 1) * 8 + step, ctrl_c=point.startswith("ctrl-c"))
+        code, text = watched.signal_at_the_door(getattr(signal, signal_name))
     assert code == PREEMPTED_EXIT, text[-4000:]
     name = latest(output)
     progress = read_progress(output / "checkpoints" / name)
@@ -293,9 +294,7 @@ def test_sigterm_stops_at_a_step_with_a_checkpoint_and_resume_ends_as_the_uninte
     if point == "during-the-epoch-1-save":
         assert (name, progress["epochs_done"], progress["epoch_step"]) == ("epoch-1", 1, 0)
     else:
-        assert name == f"step-{progress['global_step']}"
-        # A fast model (the causal-LM task's) may finish the epoch's last step before the signal lands.
-        assert progress["epochs_done"] == epoch - 1 and step <= progress["epoch_step"] <= 8
+        assert (name, progress["epochs_done"], progress["epoch_step"]) == (f"step-{(epoch - 1) * 8 + step}", epoch - 1, step)
     result, report = resume_to_the_end(output, expected, final, progress["global_step"])
     if progress["epoch_step"]:
         assert f"step {progress['epoch_step']} of epoch {progress['epochs_done'] + 1}" in result.stdout

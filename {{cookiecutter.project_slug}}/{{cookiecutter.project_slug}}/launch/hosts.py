@@ -68,20 +68,6 @@ def joined() -> Host | None:
     return _JOINED[0] if _JOINED else None
 
 
-def leave_together(seconds: float = 60.0) -> None:
-    """After an error that every host raised at once (a refused resume, a checkpoint one host cannot see): wait for
-    the other hosts (at most `seconds`), then close the hosts' group, as a finished run's end does, so that no host
-    exits while another still holds connections to it. (Once, under load, host 1 of such a refusal ended in SIGABRT
-    instead of its exit status 2.)"""
-    if not _JOINED:
-        return
-    import datetime
-
-    import torch.distributed as dist
-
-    try:
-        dist.monitored_barrier(timeout=datetime.timedelta(seconds=seconds))  # gloo's barrier that gives up
-        dist.destroy_process_group()
-    except RuntimeError:
-        pass  # a host that never came: leave all the same, with the exit status already decided
+def left() -> None:
+    """This process has left the hosts' group (processes.leave_together closed it)."""
     _JOINED.clear()
