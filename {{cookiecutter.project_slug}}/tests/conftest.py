@@ -298,7 +298,15 @@ def python_code(code: str, *args, xla: bool = True) -> list[str]:
 # before it first changes its own environment (precision/levels.py then sets XLA_USE_BF16, and transformers.modeling_utils,
 # in that import, reads it at import time). peft, which a real run imports later, reads none of the variables set then.
 FORK_PRELOAD = ("torch", "torch_xla", "transformers", "accelerate", "datasets", "peft",
-                "{{ cookiecutter.project_slug }}.loop.training")
+                "{{ cookiecutter.project_slug }}.loop.training", "matplotlib.pyplot", "jax", "flax.nnx")
+# What a run imports later, preloaded all the same because nearly every run pays for it (measured on 2 cores, a forked
+# quick run of 10.2 s: jax and flax 1.9 s of it, for the JAX step; matplotlib 0.5 s, for curves.png). Neither reads a
+# variable a run sets before it imports them (the JAX step sets jax's PRNG through jax.config; curves.py picks Agg
+# with matplotlib.use, which works after pyplot's import, which picks no backend), they start no thread, and jax's
+# import adds TPU_SKIP_MDS_QUERY=1 to the environment as it does in every run of the JAX step (read on a TPU only).
+# Not torchax (0.3 s more): once imported it names torch's PrivateUse1 device, which a run of the lazy step must not
+# see (xla/runtime.keep_torchax_out). The runs with torch_xla hidden (gloo workers) never take the JAX step.
+XLA_ONLY = ("torch_xla", "jax", "flax.nnx")
 # The only variables in which a forked run's environment may differ from the fork server's: checked, no module in
 # FORK_PRELOAD reads them at import (torch_xla reads PJRT_DEVICE and CPU_NUM_DEVICES when its runtime starts; at
 # import it only asks whether PJRT_DEVICE is set, and every XLA run sets it; fsspec, tqdm and networkx scan all the
@@ -320,7 +328,7 @@ def fork_server(xla: bool = True):
     if server is None or not server.alive:
         env = {key: value for key, value in child_env(xla).items()
                if key != "PYTEST_CURRENT_TEST" and not key.startswith("TEST_")}
-        preload = FORK_PRELOAD if xla else tuple(name for name in FORK_PRELOAD if name != "torch_xla")
+        preload = FORK_PRELOAD if xla else tuple(name for name in FORK_PRELOAD if name not in XLA_ONLY)
         server = _fork_servers[xla] = ForkServer(PROJECT, env, preload, prelude="" if xla else NO_XLA_PRELUDE)
         atexit.register(server.close)
     return server

@@ -92,7 +92,7 @@ def main(argv=None) -> int:
         if not error.every_process or is_main_process():
             print(f"{error.said_as}: {error}", file=sys.stderr)
         if error.every_process:
-            from .launch.processes import leave_together
+            from .launch.main_process import leave_together
 
             leave_together()
         raise SystemExit(error.exit_code) from None

@@ -12,7 +12,7 @@ from ..config.groups import CheckpointOptions, ParallelismOptions
 from ..data.formats import DataProblem
 from ..data.hub import ModelUnavailable
 from ..launch.environment import local_rank
-from ..launch.processes import StoppedByTheMainProcess
+from ..launch.main_process import StoppedByTheMainProcess
 from ..xla import runtime
 from .checkpointing import check_writable
 from .run_lock import RunLock, first_process
@@ -65,7 +65,7 @@ def claim(options: CheckpointOptions, parallel: ParallelismOptions, lock: RunLoc
 def removed_if_refused(output_dir, made_here: bool):
     """A run refused while it is set up (a value, its data or its model) leaves no output folder that it made: the
     folder holds only torch_xla's compilation analysis log by then. Whichever process made it removes it: under
-    several processes that may be one the main process's refusal stopped (launch/processes.py)."""
+    several processes that may be one the main process's refusal stopped (launch/main_process.py)."""
     try:
         yield
     except (ConfigError, DataProblem, ModelUnavailable, StoppedByTheMainProcess):

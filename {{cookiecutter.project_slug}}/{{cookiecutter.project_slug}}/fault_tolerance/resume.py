@@ -8,7 +8,7 @@ refused in one line. Settings a user may change on purpose are the business of r
 import json
 from pathlib import Path
 
-from ..launch.processes import main_process_decides
+from ..launch.main_process import main_process_decides
 from . import checkpointing, manifest
 from .checkpointing import LATEST, SETTINGS, CheckpointProblem
 

@@ -3,6 +3,7 @@
   environment.py   whether the installed stack can run as asked (torch and torch_xla paired, libtpu, a TPU)
   hosts.py         which host this is and how many (fsdp on a pod: one process per host)
   processes.py     what the processes of a run agree on: decisions, barriers, sums, one voice for messages
+  main_process.py  what the main process does for all (prepare the data, decide), and every process stopping with it
 {%- if cookiecutter.variants != 'script' %}
   launch_guard.py  the check the notebook runs before launching (a device touched too early)
 {%- endif %}

@@ -69,5 +69,5 @@ def joined() -> Host | None:
 
 
 def left() -> None:
-    """This process has left the hosts' group (processes.leave_together closed it)."""
+    """This process has left the hosts' group (main_process.leave_together closed it)."""
     _JOINED.clear()

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from ..config import TrainConfig
-from ..launch import processes
+from ..launch import main_process, processes
 from ..models import lora
 from . import best_model, model_card
 
@@ -18,7 +18,7 @@ def export(accelerator, layout, tokenizer, config: TrainConfig, report: dict) ->
     best_model.exported says which evaluation they are.
     """
     folder = Path(config.export_dir)
-    kept = config.load_best_model_at_end and processes.main_process_decides(
+    kept = config.load_best_model_at_end and main_process.main_process_decides(
         accelerator, lambda: best_model.kept_path(config.output_dir).is_file())
     if kept:
         weights = _best_weights(accelerator, config, report) if processes.is_main(accelerator) else None

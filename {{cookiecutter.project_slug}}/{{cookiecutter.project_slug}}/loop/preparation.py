@@ -14,7 +14,7 @@ import torch
 from ..config import DEMO_GLOBAL_BATCH, ConfigError
 from ..data import batching
 from ..data.preparation import timed
-from ..launch.processes import main_process_first
+from ..launch.main_process import main_process_first
 from ..models import lora
 from ..models.modeling import check_positions, make_graph_friendly
 from ..planning import estimate

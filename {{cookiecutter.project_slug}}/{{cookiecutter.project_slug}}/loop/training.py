@@ -18,7 +18,7 @@ from ..fault_tolerance import output_folder, resume, run_lock
 from ..fault_tolerance.checkpoint_schedule import Checkpoints, facts
 from ..fault_tolerance.loss_guard import LossGuard
 from ..fault_tolerance.preemption import Preemption
-from ..launch import environment, processes
+from ..launch import environment, main_process, processes
 from ..launch.hosts import process_label
 from ..parallel import layout_for
 from ..precision import levels as precision
@@ -88,7 +88,7 @@ def _training_function(model, config: TrainConfig, lock: run_lock.RunLock) -> di
     with compilations.counting_compilations() as compiled:
         context = RunContext(
             accelerator, layout, config, precision.realise(level, accelerator.device, config.kahan_summation), step,
-            say=processes.say_once(accelerator), demo=processes.main_process_decides(accelerator, lambda: wants_demo(config.data, config.model)),
+            say=processes.say_once(accelerator), demo=main_process.main_process_decides(accelerator, lambda: wants_demo(config.data, config.model)),
         )
         report, tokenizer, data = _train(context, model, analysis_file, made_output_dir)
     report.update(
