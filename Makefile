@@ -74,8 +74,8 @@ test: envs ## Lint, then everything: bakes, hooks, the four main bakes' whole su
 	exit $$status
 
 ROUNDS ?= 5
-flaky: env ## Rerun the four bakes' machinery tests (signals, processes, launchers) ROUNDS times beside busy cores
-	$(TEST_ENV) $(PY) tools/flaky.py --rounds $(ROUNDS)
+flaky: envs ## Rerun the four bakes' machinery tests (signals, processes, launchers) ROUNDS times beside busy cores
+	$(TEST_ENV) XPK=$(XPK) REQUIRE_XPK=1 $(PY) tools/flaky.py --rounds $(ROUNDS)
 
 mutation: env ## Named mutations of the modules whose tests train little, each against its tests (not in make test)
 	$(PY) tools/mutations.py $(RESULTS)/mutation.md

@@ -4,6 +4,7 @@ comparison, reports, memory.
 Cheap on purpose: only the tests marked xla touch an XLA device, each in a child process for a few seconds.
 """
 
+import functools
 import json
 import os
 import subprocess
@@ -408,8 +409,9 @@ def test_pytest_benchmark_compare_reads_two_saved_runs(tmp_path):
     assert compared.stdout.count("test_sleepless") == 2
 
 
+@functools.cache
 def collected(profile: str) -> list[str]:
-    """The benchmark ids a profile collects (pytest --collect-only in a plain pytest run)."""
+    """The benchmark ids a profile collects (pytest --collect-only in a plain pytest run; once a profile: 5-7 s each)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS"))}
     ran = subprocess.run([sys.executable, "-m", "pytest", "benchmarks", "--collect-only", "-q", "-p", "no:cacheprovider",
                           "--bench-profile", profile], capture_output=True, text=True, timeout=300, env=env)

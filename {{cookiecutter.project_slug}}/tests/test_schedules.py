@@ -34,11 +34,17 @@ def graphs(tmp_path, name, *args, env=None) -> int:
     return report["xla_compilations"]
 
 
+@pytest.fixture(scope="module")
+def constant_graphs(tmp_path_factory) -> int:
+    """The graphs of the run at a constant rate, which each schedule's run is compared with: trained once."""
+    return graphs(tmp_path_factory.mktemp("schedules"), "constant", *CONSTANT)
+
+
 @pytest.mark.slow
 @pytest.mark.machinery
 @pytest.mark.parametrize("schedule", sorted(WARM_UP_AND_DECAY))
-def test_warm_up_from_0_and_decay_to_0_compile_what_a_constant_rate_does(tmp_path, schedule):
-    assert graphs(tmp_path, schedule, *WARM_UP_AND_DECAY[schedule]) == graphs(tmp_path, "constant", *CONSTANT)
+def test_warm_up_from_0_and_decay_to_0_compile_what_a_constant_rate_does(tmp_path, constant_graphs, schedule):
+    assert graphs(tmp_path, schedule, *WARM_UP_AND_DECAY[schedule]) == constant_graphs
 
 
 @pytest.mark.slow
