@@ -1,0 +1,41 @@
+"""tools/flaky.py (make flaky) names each failing test of a round, and counts a round with nothing selected as clean."""
+
+import textwrap
+
+from tests.baking import load_tool
+
+flaky = load_tool("flaky")
+
+SUITE = textwrap.dedent("""
+    import pytest
+
+    @pytest.mark.machinery
+    def test_holds():
+        pass
+
+    @pytest.mark.machinery
+    def test_breaks():
+        assert 1 == 2
+
+    def test_not_machinery():
+        assert False
+""")
+
+
+def project_with(tmp_path, source: str):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_suite.py").write_text(source)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    machinery: the loop's machinery\n")
+    return tmp_path
+
+
+def test_a_round_names_each_failing_test_it_selected(tmp_path):
+    seconds, summary, failed = flaky.run_round(project_with(tmp_path, SUITE), "machinery", workers=1)
+    assert failed == ["tests/test_suite.py::test_breaks"]
+    assert summary.startswith("1 failed, 1 passed, 1 deselected") and seconds > 0
+
+
+def test_a_round_that_selects_nothing_is_clean(tmp_path):
+    _, summary, failed = flaky.run_round(project_with(tmp_path, "def test_other():\n    pass\n"), "machinery",
+                                         workers=1)
+    assert failed == [] and "deselected" in summary
