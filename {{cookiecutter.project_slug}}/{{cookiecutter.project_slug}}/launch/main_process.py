@@ -14,12 +14,15 @@ from .processes import is_main
 
 class StoppedByTheMainProcess(UserError):
     """The main process stopped the run (a refusal, a failure) where this process waited for its work: this one stops
-    too, at the same point and with the same exit status, and says nothing (the main process said why)."""
+    too, at the same point and with the same exit status. The command line says nothing more (the main process said
+    why); the message carries the main process's reason all the same, because a launcher that collects the processes'
+    errors (notebook_launcher's torch.multiprocessing) reports whichever process ended first."""
 
     every_process = True
 
-    def __init__(self, exit_code: int):
-        super().__init__("the main process stopped the run")
+    def __init__(self, stopped: tuple[int, str]):
+        exit_code, why = stopped
+        super().__init__(f"the main process stopped the run: {why}")
         self.exit_code = exit_code
 
 
@@ -27,15 +30,17 @@ def _several(accelerator) -> bool:
     return bool(hosts.joined()) or accelerator.num_processes > 1
 
 
-def _stopping(error: BaseException) -> int:
-    """The exit status every process stops with when the main process raised `error` in work the others wait for.
+def _stopping(error: BaseException) -> tuple[int, str]:
+    """(the exit status, the reason) every process stops with when the main process raised `error` in work the others
+    wait for.
 
     A problem said in one line (UserError) becomes every process's: each raises it at this point, so the command line
     says it once and the processes leave together (cli.py). Anything else is a bug, whose trace the main process keeps."""
+    why = f"{type(error).__name__}: {error}"
     if isinstance(error, UserError):
         error.every_process = True
-        return error.exit_code
-    return 1
+        return error.exit_code, why
+    return 1, why
 
 
 def _from_the_main_process(accelerator, outcome):
