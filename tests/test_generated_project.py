@@ -29,6 +29,9 @@ FAST_TIER = {
     "causal-lm-fsdp-cast-script": {"task": "causal-lm", "parallelism": "fsdp", "pure_bf16": "cast",
                                    "variants": "script"},
 }
+# Besides its fast tier, a bake runs the slow tests its answers change: without the shared model (shared_model=no),
+# the notebook builds the model in each process, which the default bake's notebook tests never do.
+ALSO = {"notebook-downcast-unshared": "notebook"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow(first=rank))
@@ -48,11 +51,6 @@ def test_each_task_s_fast_tier_passes(bake, task):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(FAST_TIER))
 def test_other_answers_fast_tiers_pass(bake, name):
-    """The tests that need no training run adapt to the files and answers each bake has."""
-    run_baked_tests(bake(**FAST_TIER[name]), "tests", "-m", "not slow", name=f"fast-{name}")
-
-
-@pytest.mark.slow
-def test_notebook_runs_with_the_model_built_in_each_process(bake):
-    """shared_model=no: the default bake runs the notebook with the shared model."""
-    run_baked_tests(bake(shared_model=False), "tests/test_notebook.py", name="notebook-unshared")
+    """The tests that need no training run adapt to the files and answers each bake has (and ALSO's slow ones)."""
+    marks = f"not slow or {ALSO[name]}" if name in ALSO else "not slow"
+    run_baked_tests(bake(**FAST_TIER[name]), "tests", "-m", marks, name=f"fast-{name}")

@@ -1,20 +1,19 @@
 """Plan against the TPU compiler: plan.py's estimate of a step's peak memory per chip beside the TPU compiler's own
 (plan.py --compile: libtpu compiles the step for the slice here, without a TPU).
 
-Each row is one plan.py run in a fresh process, reading a folder that holds only a config.json: the bake's default
+Each row is one plan.py run in a fresh process (forked: project_runs.run_command), reading a folder that holds only a config.json: the bake's default
 model at its real size (`--bench-profile plan`: minutes a row, single-threaded, 6-13 GB of host memory), or a narrowed
 one (the quick profile: one layer 64 wide, seconds). The data layout's rows compile one chip's program (v5e-1: each
 chip holds the whole model), fsdp's rows four chips' (v5e-4: weights, gradients and moments split four ways).
 """
 
 import json
-import subprocess
-import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from {{ cookiecutter.project_slug }}.config import DEFAULT_MODEL
 
-from .project_runs import PROJECT
+from .project_runs import run_command
 
 # The default models' real shapes, as their config.json on the hub gives them (nothing is downloaded).
 REAL_SHAPES = {
@@ -60,14 +59,12 @@ def model_folder(folder, narrowed: bool):
 
 def measure(row: Row, folder, report_path, max_seq_length: int = 128) -> dict:
     """plan.py --compile for the row's slice; the estimate's and the compiler's peaks per chip, and their ratio."""
-    command = [sys.executable, "plan.py", "--model_name_or_path", str(folder), "--tpu", TARGETS[row.layout],
-               "--parallelism", row.layout, "--mixed_precision", row.precision, "--train_batch_size", str(row.batch),
-               "--max_seq_length", str(max_seq_length), "--compile", "--report", str(report_path)]
+    argv = ["--model_name_or_path", str(folder), "--tpu", TARGETS[row.layout], "--parallelism", row.layout,
+            "--mixed_precision", row.precision, "--train_batch_size", str(row.batch),
+            "--max_seq_length", str(max_seq_length), "--compile", "--report", str(report_path)]
     if row.lora_r:
-        command += ["--lora_r", str(row.lora_r)]
-    done = subprocess.run(command, cwd=PROJECT, capture_output=True, text=True, timeout=3600)
-    if done.returncode != 0:
-        raise RuntimeError(f"plan.py failed ({done.returncode}): {done.stderr[-2000:]}")
+        argv += ["--lora_r", str(row.lora_r)]
+    run_command("plan.py", argv, Path(f"{report_path}.log"))
     (target,) = json.loads(report_path.read_text())["targets"].values()
     compiled, estimated = target["compiler"], target["estimate"]
     return {

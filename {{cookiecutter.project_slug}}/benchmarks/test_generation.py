@@ -9,38 +9,34 @@ machine's CPU too: the ratio says what batching and the static cache give here, 
 
 import csv
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
+from . import isolation
 from .project_runs import PROJECT, run_project
 
 PROMPTS, WORDS, NEW_TOKENS, BATCH = 32, 5, 32, 8
 RESULTS = {}
 
 
-# The demo's Llama and tokenizer as save_pretrained writes them, untrained (no run to wait for; random weights rarely
-# end a text early, so every prompt gets its 32 tokens). In a child: the package's imports stay out of this process.
-SAVE_DEMO_MODEL = """
-import sys
-from {{ cookiecutter.project_slug }}.config import TrainConfig
-from {{ cookiecutter.project_slug }}.data.tokenizer import load_tokenizer
-from {{ cookiecutter.project_slug }}.tasks import task
+def save_demo_model(folder: str) -> None:
+    """The demo's Llama and tokenizer as save_pretrained writes them, untrained (no run to wait for; random weights
+    rarely end a text early, so every prompt gets its 32 tokens). Run in a forked child: the package's imports stay
+    out of this process."""
+    from {{ cookiecutter.project_slug }}.config import TrainConfig
+    from {{ cookiecutter.project_slug }}.data.tokenizer import load_tokenizer
+    from {{ cookiecutter.project_slug }}.tasks import task
 
-config = TrainConfig(demo=True)
-tokenizer = load_tokenizer(config.data, config.model, demo=True)
-task.build_model(config, demo=True, vocab_size=len(tokenizer)).save_pretrained(sys.argv[1])
-tokenizer.save_pretrained(sys.argv[1])
-"""
+    config = TrainConfig(demo=True)
+    tokenizer = load_tokenizer(config.data, config.model, demo=True)
+    task.build_model(config, demo=True, vocab_size=len(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
 
 
 @pytest.fixture(scope="module")
 def export_and_prompts(tmp_path_factory):
     folder = tmp_path_factory.mktemp("generation")
-    subprocess.run([sys.executable, "-c", SAVE_DEMO_MODEL, str(folder / "model")], cwd=PROJECT, check=True,
-                   capture_output=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    isolation.run(save_demo_model, str(folder / "model"))
     with open(PROJECT / "data" / "demo-lm" / "eval.csv", newline="", encoding="utf-8") as file:
         texts = [row["text"] for row in csv.DictReader(file)][:PROMPTS]
     prompts = folder / "prompts.jsonl"

@@ -313,8 +313,10 @@ XLA_ONLY = ("torch_xla", "jax", "flax.nnx")
 # names for their own prefixes). A run that differs in anything else is a plain subprocess: a PYTHON* variable (read
 # at interpreter start), HF_HUB_OFFLINE and the other HF_* (huggingface_hub and datasets read them at import),
 # XLA_USE_BF16 and XLA_DOWNCAST_BF16 (torch_xla reads them when its runtime starts, transformers at import), XLA_FLAGS
-# (read when the runtime starts, but torch_xla's import adds its own flag to it).
-RUNTIME_VARIABLES = ("PJRT_DEVICE", "CPU_NUM_DEVICES", "PYTEST_CURRENT_TEST")
+# (read when the runtime starts, but torch_xla's import adds its own flag to it). The trackers' variables are read by
+# wandb, trackio and transformers' integrations, which a run imports only when it reports to them (none is preloaded).
+RUNTIME_VARIABLES = ("PJRT_DEVICE", "CPU_NUM_DEVICES", "PYTEST_CURRENT_TEST", "WANDB_DIR", "WANDB_MODE", "WANDB_SILENT",
+                     "TRACKIO_DIR")
 # With torch_xla hidden nothing reads PJRT_DEVICE; it is left out all the same (a run that sets it, asking for a TPU
 # without torch_xla, is a plain subprocess).
 NO_XLA_RUNTIME_VARIABLES = ("CPU_NUM_DEVICES", "PYTEST_CURRENT_TEST")

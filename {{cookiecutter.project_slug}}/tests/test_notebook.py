@@ -24,7 +24,7 @@ from {{ cookiecutter.project_slug }}.cli import parse
 from {{ cookiecutter.project_slug }}.config import TrainConfig
 
 # Every test here executes the notebook: the launchers are the loop's machinery (tests/conftest.py).
-pytestmark = [pytest.mark.machinery, pytest.mark.slow]
+pytestmark = [pytest.mark.machinery, pytest.mark.slow, pytest.mark.notebook]
 
 NOTEBOOK = PROJECT / "train_on_tpu.ipynb"
 KERNEL = "{{ cookiecutter.project_slug }}-test"

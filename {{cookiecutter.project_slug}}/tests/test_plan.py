@@ -94,6 +94,7 @@ def test_fsdp_splits_the_state_over_the_chips_and_checkpointing_keeps_less(tmp_p
     (["--model_name_or_path", "./no-such-model"], "model_name_or_path='./no-such-model': no such folder"),
     (["--mfu", "1.5"], "mfu=1.5: a share of the chip's peak"),
     (["--train_batch_size", "0"], "train_batch_size"),
+    (["--compile_cache", "/dev/null"], "compile_cache=/dev/null: not a folder"),
 ])
 def test_bad_input_is_one_line_naming_the_field_and_writes_nothing(tmp_path, args, said):
     report = tmp_path / "plan.json"
@@ -128,12 +129,12 @@ def test_the_tpu_compiler_checks_a_narrowed_model_in_both_layouts(tmp_path):
     plan asked again reads the compiler's answer from its cache instead of compiling."""
     pytest.importorskip("libtpu", reason="the plan extra is not installed here (pip install -e '.[plan]' runs this test)")
     folder = config_folder(tmp_path / "model", TINY)
-    env = child_env(xla=True, XDG_CACHE_HOME=str(tmp_path / "cache"))
 
     def compiled(layout: str, *flags) -> dict:
         report = tmp_path / f"{layout}{len(flags)}.json"
         run(python_command("--model_name_or_path", str(folder), "--tpu", "v5e-4", "--parallelism", layout,
-                           "--compile", "--max_seq_length", "32", "--report", str(report), *flags, module="plan"), env=env)
+                           "--compile", "--max_seq_length", "32", "--report", str(report),
+                           "--compile_cache", str(tmp_path / "cache"), *flags, module="plan"))
         return json.loads(report.read_text())["targets"]["v5e-4"]
 
     plans = {layout: compiled(layout) for layout in ("data", "fsdp")}

@@ -39,6 +39,10 @@ class PlanOptions:
                                        "blocks of max_seq_length tokens). Default: the default data set's."})
     compile: bool = field(default=False, metadata={"help": "Also compile the step for each TPU with its own compiler, "
                           "here, without a TPU (needs the plan extra; minutes a TPU)."})
+    compile_cache: str | None = field(default=None, metadata={"help": "Folder where --compile keeps the compiler's "
+                                      "answers (JSON), so that the same plan asked again is instant; a folder shared "
+                                      "by a team shares them. Default: $XDG_CACHE_HOME or ~/.cache, then "
+                                      "{{ cookiecutter.project_slug }}-plans."})
 
 
 def parse(argv=None) -> tuple[TrainConfig, PlanOptions]:
@@ -92,7 +96,7 @@ def compiler_problem(config: TrainConfig) -> str | None:
     return None
 
 
-def compile_for(model, config: TrainConfig, recipe: estimate.Recipe, target) -> dict:
+def compile_for(model, config: TrainConfig, recipe: estimate.Recipe, target, cache: Path) -> dict:
     import torch
 
     from .loop.optimizers import make_optimizer, parameter_groups
@@ -107,7 +111,7 @@ def compile_for(model, config: TrainConfig, recipe: estimate.Recipe, target) -> 
     chips = target.chips  # the batch split over the slice's chips in both layouts (targets.Target.topology)
     return compile_step(
         model, task.batch_shapes(model, recipe.per_chip_batch * chips * config.gradient_accumulation_steps, recipe.length),
-        cache=compile_cache(), accumulation=config.gradient_accumulation_steps,
+        cache=cache, accumulation=config.gradient_accumulation_steps,
         topology=topology,
         chips_per_host_bounds=bounds, shard_weights=recipe.layout == "fsdp",
         autocast_dtype=torch.bfloat16 if recipe.level == "bf16" else None,
@@ -117,8 +121,11 @@ def compile_for(model, config: TrainConfig, recipe: estimate.Recipe, target) -> 
     )
 
 
-def compile_cache() -> Path:
-    """Where the TPU compiler's answers are kept (JSON, read back as data only): XDG_CACHE_HOME, else ~/.cache."""
+def compile_cache(options: PlanOptions) -> Path:
+    """Where the TPU compiler's answers are kept (JSON, read back as data only): --compile_cache, else XDG_CACHE_HOME
+    or ~/.cache."""
+    if options.compile_cache:
+        return Path(options.compile_cache)
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "{{ cookiecutter.project_slug }}-plans"
 
 
@@ -171,6 +178,8 @@ def make_plan(config: TrainConfig, options: PlanOptions, say=print) -> dict:
     recipe = recipe_of(config, task)
     if options.mfu <= 0 or options.mfu > 1:
         raise ConfigError(f"mfu={options.mfu}: a share of the chip's peak, above 0 and at most 1")
+    if options.compile_cache and Path(options.compile_cache).exists() and not Path(options.compile_cache).is_dir():
+        raise ConfigError(f"compile_cache={options.compile_cache}: not a folder")
     if options.compile and (problem := compiler_problem(config)):
         raise ConfigError(problem)
     model = run_model(config, recipe)
@@ -187,9 +196,9 @@ def make_plan(config: TrainConfig, options: PlanOptions, say=print) -> dict:
     if options.compile:
         for target in chosen:
             say(f"compiling the step for {target.name} ({target.topology()[0]}) with the TPU's compiler "
-                f"(answers kept in {compile_cache()})...")
+                f"(answers kept in {compile_cache(options)})...")
             try:
-                compiled = compile_for(model, config, recipe, target)
+                compiled = compile_for(model, config, recipe, target, compile_cache(options))
             except Exception as error:  # anything but "does not fit" (a figure, not an error): the compiler's words
                 said = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
                 raise CompileFailed(f"compile for {target.name}: {said}") from error
