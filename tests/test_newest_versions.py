@@ -21,10 +21,10 @@ import os
 import subprocess
 import sys
 import sysconfig
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from packaging.requirements import Requirement
 
 from tests.baking import bake_into, pip, run_baked_tests
