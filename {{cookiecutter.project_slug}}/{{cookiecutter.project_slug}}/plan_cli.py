@@ -194,11 +194,12 @@ def make_plan(config: TrainConfig, options: PlanOptions, say=print) -> dict:
     for target in chosen:
         report["targets"][target.name] = plan_target(model, config, options, recipe, target, train_examples)
     if options.compile:
+        cache = compile_cache(options)
         for target in chosen:
             say(f"compiling the step for {target.name} ({target.topology()[0]}) with the TPU's compiler "
-                f"(answers kept in {compile_cache(options)})...")
+                f"(answers kept in {cache})...")
             try:
-                compiled = compile_for(model, config, recipe, target, compile_cache(options))
+                compiled = compile_for(model, config, recipe, target, cache)
             except Exception as error:  # anything but "does not fit" (a figure, not an error): the compiler's words
                 said = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
                 raise CompileFailed(f"compile for {target.name}: {said}") from error
