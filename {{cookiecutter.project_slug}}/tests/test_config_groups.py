@@ -21,6 +21,9 @@ OPTIONS = [option.name for option in fields(TrainConfig)]
 WHOLE_CONFIG = {
     "cli.py": "train.py's command line: it makes the TrainConfig",
     "plan_cli.py": "plan.py's command line: it makes the TrainConfig",
+    "plan_compile.py": "plan.py --compile: the run's step as the whole config describes it",
+    "plan_rehearsal.py": "plan.py --rehearse: the stand-in data at the run's shapes",
+    "rehearse_cli.py": "plan.py --rehearse's staging process: it makes the run's TrainConfig",
     "predict_cli.py": "predict.py's command line: its own PredictConfig, and the bake's TrainConfig defaults",
     "planning/estimate.py": "Recipe.of: a plan's recipe reads the length, the optimizer, precision and checkpointing",
     "tasks/{{ cookiecutter.task | replace('-', '_') }}.py": "the task's contract (tasks/__init__.py): it joins data, model and the run's batches",

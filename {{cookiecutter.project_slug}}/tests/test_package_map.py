@@ -77,7 +77,7 @@ def test_no_circle_between_folders():
 def test_only_the_command_lines_import_the_loop():
     # The loop uses the machinery, never the reverse; the command lines (train.py's, predict.py's, plan.py's) are the top.
     graph = package_map.folder_graph(PACKAGE)
-    lines = ("cli", "predict_cli", "plan_cli")
+    lines = ("cli", "predict_cli", "plan_cli", "plan_compile", "plan_rehearsal", "rehearse_cli")  # plan.py's are four
     wrong = sorted(f"{node} -> {target}" for node, targets in graph.items() for target in targets
                    if target in ("loop", *lines) and node not in lines)
     assert not wrong, f"only the command lines may import the loop or a command line: {', '.join(wrong)}"

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cli import build_parser, unknown_flag
-from .config import ConfigError, TrainConfig, UserError, step_function
+from .config import ConfigError, TrainConfig, UserError
+from .plan_compile import compile_for, compiler_problem, with_compiler
+from .plan_rehearsal import add_rehearsals, rehearsal_lines, rehearsal_problem, rehearsal_refusal
 from .planning import estimate, targets
 from .planning.table import table
 
@@ -39,6 +41,9 @@ class PlanOptions:
                                        "blocks of max_seq_length tokens). Default: the default data set's."})
     compile: bool = field(default=False, metadata={"help": "Also compile the step for each TPU with its own compiler, "
                           "here, without a TPU (needs the plan extra; minutes a TPU)."})
+    rehearse: bool = field(default=False, metadata={"help": "Also stage the run on this machine's XLA:CPU (nothing "
+                           "run, no weight read) and compile each graph it hands a TPU with the TPU's compiler: peak "
+                           "HBM, compile seconds (the plan extra; minutes at full size)."})
     compile_cache: str | None = field(default=None, metadata={"help": "Folder where --compile keeps the compiler's "
                                       "answers (JSON), so that the same plan asked again is instant; a folder shared "
                                       "by a team shares them. Default: $XDG_CACHE_HOME or ~/.cache, then "
@@ -81,46 +86,6 @@ def run_model(config: TrainConfig, recipe: estimate.Recipe):
     return model.to(torch.bfloat16) if recipe.weight_bytes == 2 else model
 
 
-def compiler_problem(config: TrainConfig) -> str | None:
-    """Why --compile cannot compile this run's step: it compiles the whole-step function (xla/jax_step.py)."""
-    from .xla.tpu_compile import tpu_compiler_problem
-
-    missing = tpu_compiler_problem()
-    if missing:
-        return f"compile: {missing}: pip install -e '.[plan]' -c constraints.txt"
-    # What the JAX step cannot do is config/step_function.py's; a pure_bf16 level is no reason here (the plan hands
-    # the function bf16 weights itself: run_model), and the run's device, processes and hosts are not this machine's.
-    lacks = step_function.whole_step_refusals(config)
-    if "optim" in lacks:
-        return "compile: the whole-step function steps the default AdamW only (--optim adamw, no --kahan_summation)"
-    return None
-
-
-def compile_for(model, config: TrainConfig, recipe: estimate.Recipe, target, cache: Path) -> dict:
-    import torch
-
-    from .loop.optimizers import make_optimizer, parameter_groups
-    from .tasks import task
-    from .xla.jax_step import step_inputs
-    from .xla.tpu_compile import compile_step
-
-    optimizer = make_optimizer("adamw", parameter_groups(model, config.weight_decay), 1e-5, config.weight_decay, False)
-    group_of = {id(p): index for index, group in enumerate(optimizer.param_groups) for p in group["params"]}
-    trainable, _ = step_inputs(model)
-    topology, bounds = target.topology()
-    chips = target.chips  # the batch split over the slice's chips in both layouts (targets.Target.topology)
-    return compile_step(
-        model, task.batch_shapes(model, recipe.per_chip_batch * chips * config.gradient_accumulation_steps, recipe.length),
-        cache=cache, accumulation=config.gradient_accumulation_steps,
-        topology=topology,
-        chips_per_host_bounds=bounds, shard_weights=recipe.layout == "fsdp",
-        autocast_dtype=torch.bfloat16 if recipe.level == "bf16" else None,
-        rows={name: group_of[id(p)] for name, p in trainable.items()},
-        constants=tuple((*group["betas"], group["eps"]) for group in optimizer.param_groups),
-        max_grad_norm=config.max_grad_norm or None,
-    )
-
-
 def compile_cache(options: PlanOptions) -> Path:
     """Where the TPU compiler's answers are kept (JSON, read back as data only): --compile_cache, else XDG_CACHE_HOME
     or ~/.cache."""
@@ -159,19 +124,7 @@ def plan_target(model, config, options, recipe, target, train_examples: int) -> 
     }
 
 
-def with_compiler(plan: dict, compiled: dict, chip) -> dict:
-    """The compiler's figures beside the estimate, and the step's roofline time from them: under accumulation the
-    scan's body (one micro-batch) times the micro-batches, the update counted that often too (a slight overestimate)."""
-    trips = compiled.get("micro_batches", 1)  # an answer cached before accumulation compiled has none
-    roofline = trips * max(compiled["flops"] / chip.peak_bf16_flops, compiled["bytes_accessed"] / chip.hbm_bytes_per_second) \
-        if compiled["flops"] is not None else None
-    fits = compiled["peak_bytes"] <= plan["usable_hbm_bytes"] if compiled["fits"] is None else compiled["fits"]
-    plan["compiler"] = {**compiled, "fits": fits, "roofline_step_seconds": roofline,
-                        "estimate_over_compiler": plan["estimate"]["peak_bytes"] / compiled["peak_bytes"]}
-    return plan
-
-
-def make_plan(config: TrainConfig, options: PlanOptions, say=print) -> dict:
+def make_plan(config: TrainConfig, options: PlanOptions, say=print, argv=None) -> dict:
     from .tasks import task
 
     chosen = targets.parse(options.tpu)
@@ -181,6 +134,8 @@ def make_plan(config: TrainConfig, options: PlanOptions, say=print) -> dict:
     if options.compile_cache and Path(options.compile_cache).exists() and not Path(options.compile_cache).is_dir():
         raise ConfigError(f"compile_cache={options.compile_cache}: not a folder")
     if options.compile and (problem := compiler_problem(config)):
+        raise ConfigError(problem)
+    if options.rehearse and (problem := rehearsal_problem()):
         raise ConfigError(problem)
     model = run_model(config, recipe)
     train_examples = options.train_examples or task.default_train_examples(recipe.length)
@@ -204,13 +159,15 @@ def make_plan(config: TrainConfig, options: PlanOptions, say=print) -> dict:
                 said = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
                 raise CompileFailed(f"compile for {target.name}: {said}") from error
             with_compiler(report["targets"][target.name], compiled, target.chip)
+    if options.rehearse:
+        add_rehearsals(report, chosen, compile_cache(options), list(sys.argv[1:] if argv is None else argv), say)
     return report
 
 
 def main(argv=None) -> int:
     config, options = parse(argv)
     try:
-        report = make_plan(config, options)
+        report = make_plan(config, options, argv=argv)
     except UserError as error:  # every known problem (config/errors.py): one line, nothing written
         print(f"{error.said_as}: {error}", file=sys.stderr)
         raise SystemExit(error.exit_code) from None
@@ -219,7 +176,12 @@ def main(argv=None) -> int:
           f"{recipe['level']}, {recipe['layout']} layout, {recipe['optimizer']}, "
           f"{recipe['train_examples']} examples x {recipe['num_epochs']} epochs")
     print(table(report))
+    for line in rehearsal_lines(report):
+        print(line)
     if config.report:
         Path(config.report).write_text(json.dumps(report, indent=2) + "\n")
         print(f"plan written to {config.report}")
+    if refused := rehearsal_refusal(report):  # after the table and the report: the figures say why
+        print(refused, file=sys.stderr)
+        raise SystemExit(3)
     return 0

@@ -17,4 +17,6 @@ the package in its device-free parent process, and the laptop path runs with tor
                   (torchax, call_jax)
   model_in_trace.py  the model as that function traces it: autocast, FSDPv2's wrappers and recomputed layers
   tpu_compile.py  plan.py --compile: that step compiled for a TPU slice by libtpu, on this machine, without a TPU
+  rehearsal.py    plan.py --rehearse: the run's own graphs captured at each cut instead of run (placeholders)
+  tpu_graphs.py   each such graph compiled for a TPU slice by libtpu
 """

@@ -126,19 +126,32 @@ def compile_step(model, batch: dict, *, topology: str, chips_per_host_bounds: tu
     seconds = time.perf_counter() - started
     memory, cost = compiled.memory_analysis(), compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list | tuple) else cost
-    parts = {"arguments": memory.argument_size_in_bytes, "outputs": memory.output_size_in_bytes,
-             "temporaries": memory.temp_size_in_bytes, "code": memory.generated_code_size_in_bytes,
-             "aliased": memory.alias_size_in_bytes}
     return _kept(found, {
-        "peak_bytes": int(getattr(memory, "peak_memory_in_bytes", 0) or
-                          parts["arguments"] + parts["outputs"] - parts["aliased"] + parts["temporaries"]),
-        "parts": {name: int(value) for name, value in parts.items()},
-        "flops": float(cost.get("flops", 0.0)), "bytes_accessed": float(cost.get("bytes accessed", 0.0)),
-        "compile_seconds": round(seconds, 1), "chips": chips, "topology": topology, "fits": None,
+        **_figures(memory, cost), "compile_seconds": round(seconds, 1), "chips": chips, "topology": topology, "fits": None,
         # XLA's cost analysis counts a loop's body once: with accumulation its FLOPs and bytes are one micro-batch's
         # pass and the update (plan_cli.with_compiler times them by this for the step).
         "micro_batches": accumulation,
     })
+
+
+def _figures(memory, cost) -> dict:
+    """The compiler's memory and cost analysis, per chip: the peak (libtpu's own; else summed from its parts: on a TPU
+    the temporaries can exceed the peak, so the peak is the figure to read), its parts, FLOPs and bytes accessed."""
+    parts = {"arguments": memory.argument_size_in_bytes, "outputs": memory.output_size_in_bytes,
+             "temporaries": memory.temp_size_in_bytes, "code": memory.generated_code_size_in_bytes,
+             "aliased": memory.alias_size_in_bytes}
+    return {
+        "peak_bytes": int(getattr(memory, "peak_memory_in_bytes", 0) or
+                          parts["arguments"] + parts["outputs"] - parts["aliased"] + parts["temporaries"]),
+        "parts": {name: int(value) for name, value in parts.items()},
+        "flops": float(cost.get("flops", 0.0)), "bytes_accessed": float(cost.get("bytes accessed", 0.0)),
+    }
+
+
+def _releases() -> list:
+    from importlib.metadata import version
+
+    return [version("jax"), version("libtpu")]
 
 
 def _cache_key(model, batch, *settings) -> str:

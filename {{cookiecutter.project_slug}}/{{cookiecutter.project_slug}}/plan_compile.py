@@ -1,0 +1,59 @@
+"""plan.py --compile: the run's step compiled for each target by the TPU's compiler (xla/tpu_compile.py), and its figures
+beside the estimate."""
+
+from pathlib import Path
+
+from .config import TrainConfig, step_function
+from .planning import estimate
+
+
+def compiler_problem(config: TrainConfig) -> str | None:
+    """Why --compile cannot compile this run's step: it compiles the whole-step function (xla/jax_step.py)."""
+    from .xla.tpu_compile import tpu_compiler_problem
+
+    missing = tpu_compiler_problem()
+    if missing:
+        return f"compile: {missing}: pip install -e '.[plan]' -c constraints.txt"
+    # What the JAX step cannot do is config/step_function.py's; a pure_bf16 level is no reason here (the plan hands
+    # the function bf16 weights itself: run_model), and the run's device, processes and hosts are not this machine's.
+    lacks = step_function.whole_step_refusals(config)
+    if "optim" in lacks:
+        return "compile: the whole-step function steps the default AdamW only (--optim adamw, no --kahan_summation)"
+    return None
+
+
+def compile_for(model, config: TrainConfig, recipe: estimate.Recipe, target, cache: Path) -> dict:
+    import torch
+
+    from .loop.optimizers import make_optimizer, parameter_groups
+    from .tasks import task
+    from .xla.jax_step import step_inputs
+    from .xla.tpu_compile import compile_step
+
+    optimizer = make_optimizer("adamw", parameter_groups(model, config.weight_decay), 1e-5, config.weight_decay, False)
+    group_of = {id(p): index for index, group in enumerate(optimizer.param_groups) for p in group["params"]}
+    trainable, _ = step_inputs(model)
+    topology, bounds = target.topology()
+    chips = target.chips  # the batch split over the slice's chips in both layouts (targets.Target.topology)
+    return compile_step(
+        model, task.batch_shapes(model, recipe.per_chip_batch * chips * config.gradient_accumulation_steps, recipe.length),
+        cache=cache, accumulation=config.gradient_accumulation_steps,
+        topology=topology,
+        chips_per_host_bounds=bounds, shard_weights=recipe.layout == "fsdp",
+        autocast_dtype=torch.bfloat16 if recipe.level == "bf16" else None,
+        rows={name: group_of[id(p)] for name, p in trainable.items()},
+        constants=tuple((*group["betas"], group["eps"]) for group in optimizer.param_groups),
+        max_grad_norm=config.max_grad_norm or None,
+    )
+
+
+def with_compiler(plan: dict, compiled: dict, chip) -> dict:
+    """The compiler's figures beside the estimate, and the step's roofline time from them: under accumulation the
+    scan's body (one micro-batch) times the micro-batches, the update counted that often too (a slight overestimate)."""
+    trips = compiled.get("micro_batches", 1)  # an answer cached before accumulation compiled has none
+    roofline = trips * max(compiled["flops"] / chip.peak_bf16_flops, compiled["bytes_accessed"] / chip.hbm_bytes_per_second) \
+        if compiled["flops"] is not None else None
+    fits = compiled["peak_bytes"] <= plan["usable_hbm_bytes"] if compiled["fits"] is None else compiled["fits"]
+    plan["compiler"] = {**compiled, "fits": fits, "roofline_step_seconds": roofline,
+                        "estimate_over_compiler": plan["estimate"]["peak_bytes"] / compiled["peak_bytes"]}
+    return plan

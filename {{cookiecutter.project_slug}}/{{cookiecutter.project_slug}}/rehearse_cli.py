@@ -1,0 +1,65 @@
+"""plan.py --rehearse's staging process: the run itself on XLA:CPU, every graph it cuts written out and none run.
+
+plan_rehearsal.py starts it (`python -m <package>.rehearse_cli FOLDER CHIPS [plan.py's flags]`): train.py's code path
+with plan.py's flags and xla/rehearsal.py's Stage installed. plan_rehearsal.py's docstring says what differs from the
+real run.
+"""
+
+import json
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from .plan_rehearsal import EPOCHS, STEPS_PER_EPOCH, stand_in_data
+
+
+def run_model(config):
+    """The run's architecture at full size on the host, its weights uninitialised (untouched memory: nothing read)."""
+    from .tasks import task
+
+    return task.build_shape(config).to_empty(device="cpu")
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    folder, chips, plan_argv = Path(argv[0]), int(argv[1]), argv[2:]
+    from .config.defaults import TRAIN_BATCH_SIZE
+    from .loop import fit
+    from .loop.training import training_function
+    from .plan_cli import parse
+    from .xla.rehearsal import Stage
+
+    config, _ = parse(plan_argv)
+    per_chip = config.train_batch_size or TRAIN_BATCH_SIZE
+    replicas = chips  # both layouts over SPMD: the batch split over every chip
+    scratch = Path(tempfile.mkdtemp(prefix="rehearsal-"))
+    global_batch = per_chip * replicas * config.gradient_accumulation_steps
+    files = stand_in_data(config, scratch, global_batch, config.eval_batch_size * replicas)
+    config = replace(
+        config, demo=True, train_file=files["train"], eval_file=files["eval"], train_batch_size=per_chip,
+        learning_rate=config.learning_rate if config.learning_rate is not None else config.pretrained_learning_rate,
+        num_epochs=EPOCHS, max_steps=None, max_train_examples=STEPS_PER_EPOCH * global_batch,
+        output_dir=str(scratch / "run"), report=None, checkpoint=False, export=False, report_to="none", load_best_model_at_end=False, resume=False, watch_compilations=True,
+        profile_steps=None,
+    )
+    stage = Stage(folder)
+    stage.install()
+    start = fit.Loop.fit
+
+    def fit_placeholders(loop, run):
+        stage.release_weights()
+        return start(loop, run)
+
+    fit.Loop.fit = fit_placeholders
+    # What the host reads is zeros (xla/rehearsal.py): an evaluation counted no example, so it has no metrics to print.
+    fit.task.summary = lambda evaluation: "evaluation staged"
+    report = training_function(run_model(config), config)
+    stage.write_index()
+    (folder / "run.json").write_text(json.dumps({name: report.get(name) for name in (
+        "step_function", "step_function_why", "layout", "precision", "train_batch")}, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,190 @@
+"""The run's own graphs, staged on XLA:CPU and never run: what plan.py --rehearse hands the TPU's compiler.
+
+A rehearsal process (plan_rehearsal.py) trains through the run's code path with this module's `Stage` installed.
+Every graph cut the run makes (`torch_xla.sync`, the loaders' `mark_step`, a read through device.to_host) is taken
+over: the tensors the cut would compute are written out as one HLO module (torch_xla's own lowering, sharding
+annotations and all), with the parameters the run would donate, and are then replaced instead of computed:
+
+- weights, moments and anything else of at least PLACEHOLDER_BYTES by a placeholder, a graph parameter with no
+  buffer (torch_xla's create_placeholder_tensor): nothing at full size stays allocated, and no graph ever runs on
+  them. Under SPMD its sharding goes back on as an annotation (a placeholder refuses a real one; the compile lets
+  the annotation reach the parameter: tpu_compile.compile_module);
+- smaller tensors (losses, counts, the metrics' sums) by zeros on the device, so that the host may read them as the
+  run does (a placeholder read on the host ends the process: torch_xla panics instead of raising). What the run
+  reads is then a stand-in: no loss is bad, no example counted (plan_rehearsal.py says so to the loop).
+
+Graphs are told apart by torch_xla's own graph hash, the key of its compilation cache: a run compiles one program per
+hash, the rehearsal writes one module per hash and counts how often the run reached it.
+
+torch_xla names no upstream way to do this (it has no deviceless TPU path). The calls used, each private:
+_get_graph_hash, _get_xla_tensors_hlo_proto, _get_tensors_xla_device_data_node (the graph's parameters in order, by
+tensor id), _xla_get_tensor_id, _replace_xla_tensor, _xla_annotate_custom_sharding, _check_device_tensor_need_materialization.
+"""
+
+import gc
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+# At least this many bytes: a placeholder (not readable); below it zeros (readable). 1 MiB keeps every weight matrix
+# of a real model a placeholder while a batch's losses, counts and kept scores (rows x classes) stay readable.
+PLACEHOLDER_BYTES = 1 << 20
+# Which part of the loop made a cut: the file the cut was called from (the loop's own modules).
+PHASES = (("loop/fit.py", "training step"), ("loop/evaluation.py", "evaluation"))
+
+
+class Stage:
+    """Installed in the rehearsal's process before the run starts; `graphs` lists what it wrote to `folder`."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.graphs: list[dict] = []
+        self._by_hash: dict[bytes, dict] = {}
+        # Each stand-in's XLA tensor id -> the Python tensor it stands in: a graph that computes that tensor anew
+        # donates the stand-in's buffer, as torch_xla donates the buffer an in-place update writes over.
+        self._stands_in: dict[int, int] = {}
+
+    def install(self) -> None:
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+
+        from . import device
+
+        take_over = self.cut
+
+        def sync(wait=False, reset_scope=True):
+            take_over()
+
+        def mark_step(wait=False, reset_scope=True):
+            take_over()
+
+        def to_host(tensors, _read=device.to_host):
+            take_over(list(tensors))  # a read of pending tensors compiles them in the run: a graph of its own
+            return _read(tensors)
+
+        torch_xla.sync, xm.mark_step, device.to_host = sync, mark_step, to_host
+
+    def release_weights(self) -> None:
+        """Before the first step: every tensor already on the device (weights, moments, counters) gets its stand-in,
+        so that each graph of the run sees the same kind of parameter (the first step's graph is the steady one's,
+        as in the run) and knows which of them a graph writes over (its donors)."""
+        import torch
+
+        self._settle([tensor for tensor in _live_xla_tensors() if not _placeholder(tensor)], torch)
+
+    def cut(self, reading: list | None = None) -> None:
+        import torch
+        import torch_xla
+
+        tensors = [tensor for tensor in (reading or _live_xla_tensors()) if getattr(tensor, "device", None) is not None
+                   and tensor.device.type == "xla"]
+        pending = [tensor for tensor, needed in zip(tensors, torch_xla._XLAC._check_tensor_need_materialization(tensors),
+                                                     strict=True) if needed] if tensors else []
+        if not pending:
+            return
+        # In torch_xla's own order (its live tensors are kept by id): the order is the graph's parameter and output
+        # order, and so its hash; gc's order changes from cut to cut.
+        pending.sort(key=torch_xla._XLAC._xla_get_tensor_id)
+        self._capture(pending, reading is not None)
+        self._settle(pending, torch)
+
+    def write_index(self) -> Path:
+        path = self.folder / "graphs.json"
+        path.write_text(json.dumps(self.graphs, indent=1) + "\n")
+        return path
+
+    def _capture(self, pending: list, read: bool) -> None:
+        import torch_xla
+
+        xlac = torch_xla._XLAC
+        key = bytes(xlac._get_graph_hash(pending))
+        if key in self._by_hash:
+            self._by_hash[key]["reached"] += 1
+            return
+        proto = xlac._get_xla_tensors_hlo_proto(pending)
+        ids, _ = xlac._get_tensors_xla_device_data_node(pending)
+        computed = {id(tensor) for tensor in pending}
+        kind, batch = _phase()
+        if read:
+            kind = f"{kind}: a read on the host"
+        number = len(self.graphs) + 1
+        name = f"graph-{number:03d}.hlo.pb"
+        (self.folder / name).write_bytes(proto)
+        graph = {
+            "number": number, "kind": kind, "batch_shapes": batch, "file": name, "reached": 1,
+            "outputs": len(pending), "parameters": len(ids),
+            "donors": [index for index, tensor_id in enumerate(ids) if self._stands_in.get(tensor_id) in computed],
+            "hlo_sha256": hashlib.sha256(proto).hexdigest()[:16],
+            "unreached_pending": _unreached(len(pending)),
+        }
+        self._by_hash[key] = graph
+        self.graphs.append(graph)
+
+    def _settle(self, tensors: list, torch) -> None:
+        """Each tensor replaced by a placeholder (large) or zeros (small) of its shape, dtype and sharding."""
+        import torch_xla
+        from torch_xla.core.xla_builder import create_placeholder_tensor
+
+        xlac = torch_xla._XLAC
+        for tensor in tensors:
+            sharding = xlac._get_xla_op_sharding(tensor) if xlac._get_xla_sharding_spec(tensor) else None
+            if tensor.numel() * tensor.element_size() >= PLACEHOLDER_BYTES:
+                stand_in = create_placeholder_tensor(tuple(tensor.shape), tensor.dtype)
+                xlac._replace_xla_tensor(tensor, stand_in)
+                if sharding is not None:
+                    xlac._xla_annotate_custom_sharding(tensor, sharding)
+            else:
+                stand_in = torch.zeros(tuple(tensor.shape), dtype=tensor.dtype).to(tensor.device)
+                # Sent this way a small tensor is a graph constant until a sync makes it data (device.device_values
+                # says why): made data now, alone, so that no later graph takes it as a constant or computes it.
+                xlac._xla_sync_multi([stand_in], [], True, True)
+                if sharding is not None:
+                    xlac._xla_mark_sharding(stand_in, sharding)
+                xlac._replace_xla_tensor(tensor, stand_in)
+            self._stands_in[xlac._xla_get_tensor_id(stand_in)] = id(tensor)
+
+
+def _live_xla_tensors() -> list:
+    """Every XLA tensor Python can reach (what torch_xla.sync would consider, but for tensors only C++ holds), with
+    the gradients of the parameters among them (autograd makes those in C++)."""
+    import torch
+
+    found, seen = [], set()
+    for thing in gc.get_objects():
+        if isinstance(thing, torch.Tensor) and thing.device.type == "xla":
+            for tensor in (thing, getattr(thing, "grad", None) if isinstance(thing, torch.nn.Parameter) else None):
+                if tensor is not None and id(tensor) not in seen:
+                    seen.add(id(tensor))
+                    found.append(tensor)
+    return found
+
+
+def _unreached(reached: int) -> int:
+    """Pending tensors on the device that Python cannot reach (the run would compute them in this graph too)."""
+    import torch_xla
+
+    device = str(torch_xla.device())
+    return max(0, sum(torch_xla._XLAC._check_device_tensor_need_materialization(device)) - reached)
+
+
+def _placeholder(tensor) -> bool:
+    import torch_xla
+
+    return bool(torch_xla._XLAC._is_placecholder(tensor))  # sic: torch_xla's spelling
+
+
+def _phase() -> tuple[str, dict | None]:
+    """(kind, the batch's shapes) of the cut being made, from the loop's frame that made it."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = frame.f_code.co_filename.replace("\\", "/")
+        for ending, kind in PHASES:
+            if path.endswith(ending):
+                batch = frame.f_locals.get("batch")
+                shapes = {name: list(value.shape) for name, value in batch.items() if hasattr(value, "shape")} \
+                    if hasattr(batch, "items") else None
+                return kind, shapes
+        frame = frame.f_back
+    return "other", None
