@@ -1,47 +1,76 @@
 """plan.py --rehearse: the run staged on XLA:CPU with nothing run, each of its graphs compiled for a TPU by libtpu.
 
-Faithful: the graphs the rehearsal lists are the graphs a real run of the same flags compiles, counted by the real
-run's own graph watch, phase by phase, in this bake's layout and task over 4 devices. A narrowed model (the demo's,
-exported): seconds a graph.
+Faithful: the graphs the rehearsal writes are the graphs a real run of the same flags compiles, read from the real
+run's own XLA dump: as many, in the same order, each with the same parameters and outputs (shapes, in order) and the
+same donated buffers; and their kinds are the phases the real run's graph watch saw. In this bake's layout and task,
+over 4 devices, with the JAX step and the lazy one. A narrowed model (the demo's, saved with save_pretrained): seconds
+a graph.
 """
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import PARALLELISM, QUICK, TASK, child_env, python_command, run
+from conftest import PARALLELISM, TASK, child_env, python_command, run
 
 PHASES = {"training step": "train", "evaluation": "eval"}
 DATA = Path(__file__).resolve().parents[1] / "data" / ("demo-lm" if TASK == "causal-lm" else "demo")
 
 
+def signature(module_text: str) -> tuple:
+    """(parameter shapes, output shapes, donated parameters) from an HLO module's first line."""
+    head = module_text.split("\n", 1)[0]
+    parameters, outputs = re.search(r"entry_computation_layout=\{\((.*)\)->\((.*)\)\}", head).groups()
+
+    def shapes(listed: str) -> list:
+        return [re.sub(r"\{[\d,]*\}", "", shape) for shape in re.sub(r"/\*index=\d+\*/", "", listed).split(", ")]
+
+    donors = re.search(r"buffer_donor=\{(.*?)\}, entry", head)
+    return shapes(parameters), shapes(outputs), sorted(map(int, re.findall(r"\((\d+), \{\}\)", donors.group(1)))) \
+        if donors else []
+
+
 @pytest.mark.slow
-@pytest.mark.machinery
-def test_the_rehearsal_lists_the_graphs_a_real_run_compiles(tmp_path):
+@pytest.mark.parametrize("step", ["auto", "lazy"])
+def test_the_rehearsal_writes_the_graphs_a_real_run_compiles(tmp_path, local_model, step):
     pytest.importorskip("libtpu", reason="the plan extra is not installed here (pip install -e '.[plan]' runs this test)")
-    demo = tmp_path / "demo"
-    run(python_command(*QUICK, "--output_dir", str(demo), "--parallelism", "data"))
-    flags = ["--model_name_or_path", str(demo / "model"), "--demo", "false", "--train_file", str(DATA / "train.csv"),
-             "--eval_file", str(DATA / "eval.csv"), "--max_seq_length", "64", "--parallelism", PARALLELISM,
-             "--train_batch_size", "4", "--eval_batch_size", "4"]
-    real_report = tmp_path / "run.json"
+    from jax._src.lib import xla_client
+
+    flags = ["--model_name_or_path", str(local_model), "--demo", "false", "--step_function", step,
+             "--train_file", str(DATA / "train.csv"), "--eval_file", str(DATA / "eval.csv"), "--max_seq_length", "64",
+             "--parallelism", PARALLELISM, "--train_batch_size", "4", "--eval_batch_size", "4"]
+    real_report, dump = tmp_path / "run.json", tmp_path / "dump"
+    env = child_env(CPU_NUM_DEVICES="4")
+    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_dump_to={dump}".strip()
     run(python_command(*flags, "--output_dir", str(tmp_path / "run"), "--num_epochs", "2", "--report",
-                       str(real_report)), env=child_env(CPU_NUM_DEVICES="4"))
+                       str(real_report)), env=env)
     plan_report = tmp_path / "plan.json"
     run(python_command(*flags, "--tpu", "v5e-4", "--rehearse", "--compile_cache", str(tmp_path / "cache"),
                        "--report", str(plan_report), module="plan"))
-    real = json.loads(real_report.read_text())["graphs"]["graphs"]
+
+    # torch_xla's graphs (jax compiles small helpers of its own on the CPU while the JAX step is lowered: not the run's).
+    compiled = [signature(path.read_text()) for path in sorted(dump.glob("*SyncTensorsGraph*.before_optimizations.txt"))]
     rehearsal = json.loads(plan_report.read_text())["targets"]["v5e-4"]["rehearsal"]
-    assert Counter(PHASES.get(graph["kind"], "other") for graph in rehearsal["graphs"]) == \
-        Counter(graph["phase"] for graph in real), (rehearsal["graphs"], real)
+    staged = Path(rehearsal["graphs_folder"])
+    written = [signature(xla_client._xla.HloModule.from_serialized_hlo_module_proto(
+        (staged / graph["file"]).read_bytes()).to_string())[:2] + (graph["donor_indices"],) for graph in rehearsal["graphs"]]
+    assert len(written) == len(compiled) >= 2
+    for number, (mine, real) in enumerate(zip(written, compiled, strict=True), start=1):
+        assert mine[0] == real[0], f"graph {number}: parameters differ"
+        assert mine[1] == real[1], f"graph {number}: outputs differ"
+        assert mine[2] == real[2], f"graph {number}: donated buffers differ"
+    watched = json.loads(real_report.read_text())["graphs"]["graphs"]
+    assert [PHASES.get(graph["kind"], "other") for graph in rehearsal["graphs"]] == [graph["phase"] for graph in watched]
+
+    # What the TPU's compiler made of them, over 4 chips.
     assert rehearsal["fits"] is True
     for graph in rehearsal["graphs"]:
         assert graph["peak_bytes"] > 0 and graph["compile_seconds"] > 0 and graph["flops"] > 0, graph
-        assert graph["unreached_pending"] == 0 or graph["kind"] != "training step", graph
-    step = next(graph for graph in rehearsal["graphs"] if graph["kind"] == "training step")
-    # The weights and moments the step writes over are donated, as torch_xla donates them; over 4 chips the step
-    # holds collectives (the data layout's gradient all-reduce, fsdp's gathers).
-    assert step["donors"] > 0 and step["parts"]["aliased"] > 0, step
-    assert step["collectives"] > 0, step
-    assert step["batch_shapes"]["input_ids"] == [16, 64]  # 4 a chip, over 4 chips
+    step_graph = rehearsal["graphs"][0]
+    assert step_graph["kind"] == "training step" and step_graph["batch_shapes"]["input_ids"] == [16, 64]  # 4 x 4 chips
+    # The weights and moments it writes over are donated (aliased), and it holds collectives (the data layout's
+    # gradient all-reduce, fsdp's gathers and reductions).
+    assert step_graph["parts"]["aliased"] > 0 and step_graph["collectives"] > 0, step_graph
+    assert Counter(graph["kind"] for graph in rehearsal["graphs"])["evaluation"] == 1

@@ -92,10 +92,10 @@ def rehearse(plan_argv: list, chosen: list, cache: Path, say=print) -> dict:
                 said = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
                 raise RehearsalRefused(f"rehearse for {target.name}: graph {graph['number']} ({graph['kind']}) "
                                       f"does not compile for a TPU: {said}") from error
-            compiled.append({**{key: graph[key] for key in ("number", "kind", "batch_shapes", "reached", "donors",
+            compiled.append({**{key: graph[key] for key in ("number", "kind", "batch_shapes", "reached", "file",
                                                             "hlo_sha256", "unreached_pending")},
-                             "donors": len(graph["donors"]), **figures})
-        results[target.name] = summary(compiled, target.chip.usable_hbm_bytes)
+                             "donor_indices": graph["donors"], **figures})
+        results[target.name] = {**summary(compiled, target.chip.usable_hbm_bytes), "graphs_folder": str(folder)}
     return results
 
 

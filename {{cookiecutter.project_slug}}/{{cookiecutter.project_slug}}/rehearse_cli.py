@@ -6,12 +6,18 @@ real run.
 """
 
 import json
+import shutil
 import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 from .plan_rehearsal import EPOCHS, STEPS_PER_EPOCH, stand_in_data
+
+
+class Staged(Exception):
+    """Every graph of the run is cut and written: the staging ends here (a BaseException would skip the loop's own
+    end; this one passes through it like a run's stop)."""
 
 
 def run_model(config):
@@ -40,24 +46,33 @@ def main(argv=None) -> int:
         config, demo=True, train_file=files["train"], eval_file=files["eval"], train_batch_size=per_chip,
         learning_rate=config.learning_rate if config.learning_rate is not None else config.pretrained_learning_rate,
         num_epochs=EPOCHS, max_steps=None, max_train_examples=STEPS_PER_EPOCH * global_batch,
-        output_dir=str(scratch / "run"), report=None, checkpoint=False, export=False, report_to="none", load_best_model_at_end=False, resume=False, watch_compilations=True,
-        profile_steps=None,
+        output_dir=str(scratch / "run"), report=None, checkpoint=False, export=False, report_to="none",
+        load_best_model_at_end=False, resume=False, watch_compilations=True, profile_steps=None,
     )
     stage = Stage(folder)
     stage.install()
     start = fit.Loop.fit
 
-    def fit_placeholders(loop, run):
+    def fit_staged(loop, run):
         stage.release_weights()
-        return start(loop, run)
+        start(loop, run)
+        stage.write_index()
+        context = loop.context
+        (folder / "run.json").write_text(json.dumps({
+            "step_function": context.step.name, "step_function_why": context.step.why, "layout": context.layout.name,
+            "precision": context.precision.effective}) + "\n")
+        # The graphs are all cut: what follows (the report, the export) reads the weights, which are placeholders.
+        raise Staged
 
-    fit.Loop.fit = fit_placeholders
+    fit.Loop.fit = fit_staged
     # What the host reads is zeros (xla/rehearsal.py): an evaluation counted no example, so it has no metrics to print.
     fit.task.summary = lambda evaluation: "evaluation staged"
-    report = training_function(run_model(config), config)
-    stage.write_index()
-    (folder / "run.json").write_text(json.dumps({name: report.get(name) for name in (
-        "step_function", "step_function_why", "layout", "precision", "train_batch")}, default=str) + "\n")
+    try:
+        training_function(run_model(config), config)
+    except Staged:
+        pass
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)  # the stand-in data and the run's folder; the graphs stay in FOLDER
     return 0
 
 

@@ -18,18 +18,21 @@ hash, the rehearsal writes one module per hash and counts how often the run reac
 
 torch_xla names no upstream way to do this (it has no deviceless TPU path). The calls used, each private:
 _get_graph_hash, _get_xla_tensors_hlo_proto, _get_tensors_xla_device_data_node (the graph's parameters in order, by
-tensor id), _xla_get_tensor_id, _replace_xla_tensor, _xla_annotate_custom_sharding, _check_device_tensor_need_materialization.
+tensor id), _get_xla_tensor_debug_info (a tensor's alias id: the data an in-place update writes over, which torch_xla
+donates), _xla_get_tensor_id, _replace_xla_tensor, _xla_annotate_custom_sharding, _check_device_tensor_need_materialization.
 """
 
 import gc
 import hashlib
 import json
+import re
 import sys
 from pathlib import Path
 
 # At least this many bytes: a placeholder (not readable); below it zeros (readable). 1 MiB keeps every weight matrix
 # of a real model a placeholder while a batch's losses, counts and kept scores (rows x classes) stay readable.
 PLACEHOLDER_BYTES = 1 << 20
+ALIAS = re.compile(r"AliasID: (\d+)")
 # Which part of the loop made a cut: the file the cut was called from (the loop's own modules).
 PHASES = (("loop/fit.py", "training step"), ("loop/evaluation.py", "evaluation"))
 
@@ -45,6 +48,9 @@ class Stage:
         # Each stand-in's XLA tensor id -> the Python tensor it stands in: a graph that computes that tensor anew
         # donates the stand-in's buffer, as torch_xla donates the buffer an in-place update writes over.
         self._stands_in: dict[int, int] = {}
+        # Each stand-in's XLA tensor id -> the id its tensor had before: torch_xla orders a graph's outputs (and so its
+        # parameters and its hash) by its tensors' ids, and a synced tensor keeps its id, where a stand-in brings a new one.
+        self._was: dict[int, int] = {}
 
     def install(self) -> None:
         import torch_xla
@@ -52,13 +58,17 @@ class Stage:
 
         from . import device
 
-        take_over = self.cut
+        take_over, step_marker = self.cut, torch_xla.sync
 
         def sync(wait=False, reset_scope=True):
             take_over()
+            # torch_xla's own sync, now that nothing Python holds is pending: it ends the step (MarkStep), which
+            # starts the next graph's random seed afresh as data; without it the seed's arithmetic grows from graph
+            # to graph and each step is another graph. What it still computes is C++'s own (small) state.
+            step_marker()
 
         def mark_step(wait=False, reset_scope=True):
-            take_over()
+            sync()
 
         def to_host(tensors, _read=device.to_host):
             take_over(list(tensors))  # a read of pending tensors compiles them in the run: a graph of its own
@@ -72,7 +82,7 @@ class Stage:
         as in the run) and knows which of them a graph writes over (its donors)."""
         import torch
 
-        self._settle([tensor for tensor in _live_xla_tensors() if not _placeholder(tensor)], torch)
+        self._settle([tensor for tensor in _live_xla_tensors() if not _placeholder(tensor)], torch, outputs=False)
 
     def cut(self, reading: list | None = None) -> None:
         import torch
@@ -86,9 +96,15 @@ class Stage:
             return
         # In torch_xla's own order (its live tensors are kept by id): the order is the graph's parameter and output
         # order, and so its hash; gc's order changes from cut to cut.
-        pending.sort(key=torch_xla._XLAC._xla_get_tensor_id)
+        pending.sort(key=self._order)
         self._capture(pending, reading is not None)
         self._settle(pending, torch)
+
+    def _order(self, tensor) -> int:
+        import torch_xla
+
+        tensor_id = torch_xla._XLAC._xla_get_tensor_id(tensor)
+        return self._was.get(tensor_id, tensor_id)
 
     def write_index(self) -> Path:
         path = self.folder / "graphs.json"
@@ -106,6 +122,9 @@ class Stage:
         proto = xlac._get_xla_tensors_hlo_proto(pending)
         ids, _ = xlac._get_tensors_xla_device_data_node(pending)
         computed = {id(tensor) for tensor in pending}
+        # torch_xla's own rule for data it made: an in-place update's output keeps the updated data's id as its alias.
+        written_over = {int(found.group(1)) for tensor in pending
+                        if (found := ALIAS.search(xlac._get_xla_tensor_debug_info(tensor)))}
         kind, batch = _phase()
         if read:
             kind = f"{kind}: a read on the host"
@@ -115,21 +134,29 @@ class Stage:
         graph = {
             "number": number, "kind": kind, "batch_shapes": batch, "file": name, "reached": 1,
             "outputs": len(pending), "parameters": len(ids),
-            "donors": [index for index, tensor_id in enumerate(ids) if self._stands_in.get(tensor_id) in computed],
+            "donors": [index for index, tensor_id in enumerate(ids)
+                       if self._stands_in.get(tensor_id) in computed or tensor_id in written_over],
             "hlo_sha256": hashlib.sha256(proto).hexdigest()[:16],
             "unreached_pending": _unreached(len(pending)),
         }
         self._by_hash[key] = graph
         self.graphs.append(graph)
 
-    def _settle(self, tensors: list, torch) -> None:
-        """Each tensor replaced by a placeholder (large) or zeros (small) of its shape, dtype and sharding."""
+    def _settle(self, tensors: list, torch, outputs: bool = True) -> None:
+        """Each tensor replaced by a placeholder (large) or zeros (small) of its shape, dtype and sharding (`outputs`:
+        the tensors a graph computed, else data already on the device)."""
         import torch_xla
         from torch_xla.core.xla_builder import create_placeholder_tensor
 
         xlac = torch_xla._XLAC
-        for tensor in tensors:
-            sharding = xlac._get_xla_op_sharding(tensor) if xlac._get_xla_sharding_spec(tensor) else None
+        replicated = _replicated(torch, tensors[0].device) if tensors and outputs else None
+        for tensor in sorted(tensors, key=self._order):  # stand-ins made in order: their ids keep it
+            before = self._order(tensor)
+            # A graph's output under SPMD comes back with the sharding its compiled program gave it (torch_xla lets
+            # the sharding propagate to the outputs), which is known only once compiled: where the trace set none,
+            # replicated, what the partitioner gives a weight updated from replicated inputs and every reduction.
+            # (Data sent without a sharding keeps none: the lazy step's first graph differs from its second so.)
+            sharding = xlac._get_xla_op_sharding(tensor) if xlac._get_xla_sharding_spec(tensor) else replicated
             if tensor.numel() * tensor.element_size() >= PLACEHOLDER_BYTES:
                 stand_in = create_placeholder_tensor(tuple(tensor.shape), tensor.dtype)
                 xlac._replace_xla_tensor(tensor, stand_in)
@@ -144,6 +171,21 @@ class Stage:
                     xlac._xla_mark_sharding(stand_in, sharding)
                 xlac._replace_xla_tensor(tensor, stand_in)
             self._stands_in[xlac._xla_get_tensor_id(stand_in)] = id(tensor)
+            self._was[xlac._xla_get_tensor_id(stand_in)] = before
+
+
+def _replicated(torch, device):
+    """The replicated sharding under SPMD (None without it), taken from a tensor marked so."""
+    import torch_xla
+    import torch_xla.runtime as xr
+
+    if not xr.is_spmd():
+        return None
+    from .sharding import replicate_under_spmd
+
+    probe = torch.zeros(1).to(device)
+    replicate_under_spmd(probe)
+    return torch_xla._XLAC._get_xla_op_sharding(probe)
 
 
 def _live_xla_tensors() -> list:
@@ -152,7 +194,13 @@ def _live_xla_tensors() -> list:
     import torch
 
     found, seen = [], set()
-    for thing in gc.get_objects():
+    frozen = gc.get_freeze_count()
+    if frozen:  # the run freezes what is alive at its start (loop/collector.py), the model among it: out of
+        gc.unfreeze()  # get_objects' sight until unfrozen; frozen again after (with what came since: no harm here)
+    everything = gc.get_objects()
+    if frozen:
+        gc.freeze()
+    for thing in everything:
         if isinstance(thing, torch.Tensor) and thing.device.type == "xla":
             for tensor in (thing, getattr(thing, "grad", None) if isinstance(thing, torch.nn.Parameter) else None):
                 if tensor is not None and id(tensor) not in seen:
