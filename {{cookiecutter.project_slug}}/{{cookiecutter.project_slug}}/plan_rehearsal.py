@@ -93,7 +93,8 @@ def rehearse(plan_argv: list, chosen: list, cache: Path, say=print) -> dict:
                 raise RehearsalRefused(f"rehearse for {target.name}: graph {graph['number']} ({graph['kind']}) "
                                       f"does not compile for a TPU: {said}") from error
             compiled.append({**{key: graph[key] for key in ("number", "kind", "batch_shapes", "reached", "file",
-                                                            "hlo_sha256", "unreached_pending")},
+                                                            "hlo_sha256", "unreached_pending",
+                                                            "tpu_lowering_may_differ")},
                              "donor_indices": graph["donors"], **figures})
         results[target.name] = {**summary(compiled, target.chip.usable_hbm_bytes), "graphs_folder": str(folder)}
     return results
@@ -133,7 +134,9 @@ def rehearsal_lines(report: dict) -> list[str]:
             flops = f"{graph['flops']:.3g}" if graph["flops"] is not None else "n/a"
             lines.append(f"  {graph['number']}. {graph['kind']}" + (f" ({shapes})" if shapes else "") +
                          f": peak {graph['peak_bytes'] / 2 ** 30:.3f} GiB, compile {graph['compile_seconds']} s, "
-                         f"FLOPs {flops}, collectives {graph['collectives']}, reached {graph['reached']}x")
+                         f"FLOPs {flops}, collectives {graph['collectives']}, reached {graph['reached']}x" +
+                         (f"; may differ on a TPU: {', '.join(graph['tpu_lowering_may_differ'])}"
+                          if graph["tpu_lowering_may_differ"] else ""))
     return lines
 
 

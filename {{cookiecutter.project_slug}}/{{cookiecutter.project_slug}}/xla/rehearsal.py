@@ -33,6 +33,14 @@ from pathlib import Path
 # of a real model a placeholder while a batch's losses, counts and kept scores (rows x classes) stay readable.
 PLACEHOLDER_BYTES = 1 << 20
 ALIAS = re.compile(r"AliasID: (\d+)")
+# The lowerings torch_xla 2.9 makes differently when its device is a TPU (it checks the device type in each): gather
+# (dense or sparse: XLA_DENSE_GATHER_FACTOR), an integer matrix product, and upsampling (TPU custom calls). A graph
+# holding one may differ on a TPU from the graph captured here; the rehearsal names them rather than guess the TPU's.
+TPU_ONLY_LOWERINGS = {
+    "gather (dense or sparse on a TPU)": re.compile(r"aten::gather\("),
+    "an integer matrix product": re.compile(r"= [su]\d+\[[^]]*\]\S* aten::(mm|bmm|addmm|baddbmm|matmul|dot)\("),
+    "upsampling (a TPU custom call)": re.compile(r"aten::upsample_\w+\("),
+}
 # Which part of the loop made a cut: the file the cut was called from (the loop's own modules).
 PHASES = (("loop/fit.py", "training step"), ("loop/evaluation.py", "evaluation"))
 
@@ -58,14 +66,11 @@ class Stage:
 
         from . import device
 
-        take_over, step_marker = self.cut, torch_xla.sync
+        take_over = self.cut
 
         def sync(wait=False, reset_scope=True):
             take_over()
-            # torch_xla's own sync, now that nothing Python holds is pending: it ends the step (MarkStep), which
-            # starts the next graph's random seed afresh as data; without it the seed's arithmetic grows from graph
-            # to graph and each step is another graph. What it still computes is C++'s own (small) state.
-            step_marker()
+            next_seed()
 
         def mark_step(wait=False, reset_scope=True):
             sync()
@@ -120,6 +125,7 @@ class Stage:
             self._by_hash[key]["reached"] += 1
             return
         proto = xlac._get_xla_tensors_hlo_proto(pending)
+        ir = xlac._get_xla_tensors_text(pending)
         ids, _ = xlac._get_tensors_xla_device_data_node(pending)
         computed = {id(tensor) for tensor in pending}
         # torch_xla's own rule for data it made: an in-place update's output keeps the updated data's id as its alias.
@@ -138,6 +144,7 @@ class Stage:
                        if self._stands_in.get(tensor_id) in computed or tensor_id in written_over],
             "hlo_sha256": hashlib.sha256(proto).hexdigest()[:16],
             "unreached_pending": _unreached(len(pending)),
+            "tpu_lowering_may_differ": [name for name, found in TPU_ONLY_LOWERINGS.items() if found.search(ir)],
         }
         self._by_hash[key] = graph
         self.graphs.append(graph)
@@ -172,6 +179,18 @@ class Stage:
                 xlac._replace_xla_tensor(tensor, stand_in)
             self._stands_in[xlac._xla_get_tensor_id(stand_in)] = id(tensor)
             self._was[xlac._xla_get_tensor_id(stand_in)] = before
+
+
+def next_seed() -> None:
+    """What torch_xla's step marker does to the random seed, without its sync (which would run what C++ still holds
+    on placeholders): the next graph takes the seed afresh as data. Without it the seed's arithmetic grows from graph
+    to graph (an LCG step each draw) and every step is another graph. The next seed is the marker's own:
+    seed * 214013 + 2531011 (torch_xla's kSeedMul, kSeedAdd)."""
+    import torch_xla
+
+    device = str(torch_xla.device())
+    seed = torch_xla._XLAC._xla_get_rng_seed(device)
+    torch_xla._XLAC._xla_set_rng_seed((seed * 214013 + 2531011) % 2 ** 64, device)
 
 
 def _replicated(torch, device):
