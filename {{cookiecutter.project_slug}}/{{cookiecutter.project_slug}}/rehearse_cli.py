@@ -21,10 +21,33 @@ class Staged(Exception):
 
 
 def run_model(config):
-    """The run's architecture at full size on the host, its weights uninitialised (untouched memory: nothing read)."""
+    """The run's architecture at full size on the meta device: shapes only, nothing read or allocated."""
     from .tasks import task
 
-    return task.build_shape(config).to_empty(device="cpu")
+    return task.build_shape(config)
+
+
+def place_lazily() -> None:
+    """A module on the meta device moved to the XLA device is placed as lazy zeros instead (a graph constant):
+    so that no weight is allocated at full size on any device (xla/rehearsal.py turns each into a stand-in before the
+    first step). Accelerate's prepare, the data layout and FSDPv2's wrapper all place the model with Module.to."""
+    import itertools
+
+    import torch
+
+    move = torch.nn.Module.to
+
+    def to(module, *args, **kwargs):
+        device, dtype, *_ = torch._C._nn._parse_to(*args, **kwargs)
+        if device is not None and device.type == "xla" and any(
+                tensor.is_meta for tensor in itertools.chain(module.parameters(), module.buffers())):
+            # Zeros as a lazy constant, not Module.to_empty: torch_xla's empty_like is a strided view of a hidden
+            # base, and a view's in-place updates go on writing into that base, one graph input more every step.
+            module._apply(lambda tensor: torch.zeros(tensor.shape, dtype=dtype or tensor.dtype, device=device))
+            return module
+        return move(module, *args, **kwargs)
+
+    torch.nn.Module.to = to
 
 
 def main(argv=None) -> int:
@@ -34,6 +57,7 @@ def main(argv=None) -> int:
     from .loop import fit
     from .loop.training import training_function
     from .plan_cli import parse
+    from .precision import bf16_updates
     from .xla.rehearsal import Stage
 
     config, _ = parse(plan_argv)
@@ -51,6 +75,9 @@ def main(argv=None) -> int:
     )
     stage = Stage(folder)
     stage.install()
+    place_lazily()
+    # What a pure bf16 level would lose to rounding is counted on the weights' values: shapes only here.
+    bf16_updates.updates_at_risk = lambda model, learning_rate: {"fraction_of_elements": 0.0}
     start = fit.Loop.fit
 
     def fit_staged(loop, run):

@@ -79,7 +79,16 @@ class Stage:
             take_over(list(tensors))  # a read of pending tensors compiles them in the run: a graph of its own
             return _read(tensors)
 
-        torch_xla.sync, xm.mark_step, device.to_host = sync, mark_step, to_host
+        def zeros_like(tensor):
+            # The optimizer's moments, lazily: nothing allocated at full size (release_weights makes them stand-ins).
+            import torch
+
+            zeros = torch.zeros(tuple(tensor.shape), dtype=tensor.dtype, device=tensor.device)
+            if torch_xla._XLAC._get_xla_sharding_spec(tensor):
+                torch_xla._XLAC._xla_mark_sharding(zeros, torch_xla._XLAC._get_xla_op_sharding(tensor))
+            return zeros
+
+        torch_xla.sync, xm.mark_step, device.to_host, device.zeros_like = sync, mark_step, to_host, zeros_like
 
     def release_weights(self) -> None:
         """Before the first step: every tensor already on the device (weights, moments, counters) gets its stand-in,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .tpu_compile import OUT_OF_HBM, _figures, _kept, _releases, topology_devices  # one compiler, two inputs
 
+NUMBERS, METADATA = re.compile(r"\.\d+\b"), re.compile(r",? metadata=\{[^}]*\}")
 COLLECTIVES = re.compile(r"= [^=]*? (all-reduce|all-gather|reduce-scatter|collective-permute|all-to-all)(-start)?\(")
 
 
@@ -70,4 +71,12 @@ def compile_module(proto: bytes, donors: list, *, topology: str, chips_per_host_
     cost = cost[0] if isinstance(cost, list | tuple) else cost
     text = "\n".join(hlo.to_string() for hlo in compiled.hlo_modules())
     return _kept(found, {**_figures(memory, cost), "compile_seconds": round(seconds, 1), "chips": len(devices),
-                         "topology": topology, "fits": None, "collectives": len(COLLECTIVES.findall(text))})
+                         "topology": topology, "fits": None, "collectives": len(COLLECTIVES.findall(text)),
+                         "program_sha256": _program_hash(text)})
+
+
+def _program_hash(text: str) -> str:
+    """sha256 of the TPU program the compiler made, its names' numbers and source metadata left out: two graphs whose
+    programs hash alike hand the TPU the same program (torch_xla numbers instructions per process)."""
+    plain = NUMBERS.sub("", METADATA.sub("", text))
+    return hashlib.sha256(plain.encode()).hexdigest()[:16]

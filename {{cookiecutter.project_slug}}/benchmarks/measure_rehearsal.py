@@ -1,0 +1,73 @@
+"""A benchmark row in TPU terms: plan.py --rehearse for the row's model and flags (the run staged on XLA:CPU, each of
+its graphs compiled by libtpu for a v5e and a v6e chip, without a TPU). The figures are the TPU compiler's, per chip:
+peak HBM, bytes accessed, FLOPs, compile seconds, and a hash of the program it made. Needs the plan extra (libtpu);
+`tpu_problem` says why not where it is missing.
+
+Each rehearsal is one plan.py run, forked (project_runs.run_command), reading a folder that holds only the row's
+config.json: no weight is read.
+"""
+
+import importlib.util
+import json
+from pathlib import Path
+
+from .profiles import BERT_VOCAB_SIZE, MODEL_SHAPES, Profile
+from .project_runs import run_command
+
+TARGETS = ("v5e-1", "v6e-1")
+# The precision levels' flags (precision/levels.py's requested_level reads them back).
+LEVEL_FLAGS = {
+    "fp32": ("no", "no"), "bf16": ("bf16", "no"), "pure-bf16-xla": ("bf16", "xla"),
+    "pure-bf16-downcast": ("bf16", "downcast"), "pure-bf16-cast": ("bf16", "cast"),
+}
+FIGURES = ("kind", "batch_shapes", "peak_bytes", "bytes_accessed", "flops", "compile_seconds", "program_sha256")
+
+
+def tpu_problem() -> str | None:
+    missing = [name for name in ("jax", "libtpu", "torchax") if importlib.util.find_spec(name) is None]
+    return f"{', '.join(missing)} not installed (the plan extra)" if missing else None
+
+
+def model_folder(model_name: str, folder: Path, vocab_size: int, config) -> Path:
+    """The row's model as a config.json alone: the demo's tiny BERT, or a BERT shape of the profile."""
+    from transformers import BertConfig
+
+    from . import workload
+
+    if not (folder / "config.json").is_file():
+        if model_name == "demo":
+            workload.build("demo", config, vocab_size).config.save_pretrained(folder)
+        else:
+            BertConfig(vocab_size=max(BERT_VOCAB_SIZE, vocab_size), num_labels=config.num_labels,
+                       **MODEL_SHAPES[model_name]).save_pretrained(folder)
+    return folder
+
+
+def rehearse(folder: Path, argv: list[str], report: Path, cache: Path) -> dict:
+    """{target: {"graphs": [each graph's figures], "fits": ...}, "step_function": ...} of one rehearsal."""
+    run_command("plan.py", ["--model_name_or_path", str(folder), "--tpu", ",".join(TARGETS), "--rehearse",
+                            "--compile_cache", str(cache), "--report", str(report), *argv], Path(f"{report}.log"))
+    targets = json.loads(report.read_text())["targets"]
+    return {name: {"fits": target["rehearsal"]["fits"],
+                   "graphs": [{key: graph[key] for key in FIGURES} for graph in target["rehearsal"]["graphs"]]}
+            for name, target in targets.items()}
+
+
+def precision_part(level: str, model_name: str, profile: Profile, scratch: Path, vocab_size: int, config) -> dict:
+    """The TPU compiler's view of the level's steady training step (the project's lazy step, the one every level
+    takes): its figures per target, and the same for each graph the run compiles."""
+    mixed, pure = LEVEL_FLAGS[level]
+    folder = model_folder(model_name, scratch / f"model-{model_name}", vocab_size, config)
+    part = rehearse(folder, ["--mixed_precision", mixed, "--pure_bf16", pure, "--step_function", "lazy",
+                             "--max_seq_length", str(profile.max_seq_length), "--train_batch_size",
+                             str(profile.batch_size)], scratch / f"rehearsal-{model_name}-{level}.json", scratch / "cache")
+    for target in part.values():
+        steps = [graph for graph in target["graphs"] if graph["kind"] == "training step"]
+        target["step"] = steps[-1]  # the steady step: the last training graph the run compiles
+    return part
+
+
+def step_summary(part: dict, target: str = TARGETS[0]) -> str:
+    """'12.3 MiB, program 1a2b3c4d': the steady step on `target`, for the table's one column."""
+    step = part[target]["step"]
+    return f"{step['peak_bytes'] / 2 ** 20:.1f} MiB, program {step['program_sha256'][:8]}"
