@@ -53,9 +53,15 @@ def rehearse(folder: Path, argv: list[str], report: Path, cache: Path) -> dict:
             for name, target in targets.items()}
 
 
-def precision_part(level: str, model_name: str, profile: Profile, scratch: Path, vocab_size: int, config) -> dict:
+def precision_part(level: str, model_name: str, profile: Profile, scratch: Path) -> dict:
     """The TPU compiler's view of the level's steady training step (the project's lazy step, the one every level
     takes): its figures per target, and the same for each graph the run compiles."""
+    from {{ cookiecutter.project_slug }}.data.tokenizer import load_tokenizer
+
+    from . import workload
+
+    config = workload.config_for(profile)
+    vocab_size = len(load_tokenizer(config.data, config.model, demo=True))
     mixed, pure = LEVEL_FLAGS[level]
     folder = model_folder(model_name, scratch / f"model-{model_name}", vocab_size, config)
     part = rehearse(folder, ["--mixed_precision", mixed, "--pure_bf16", pure, "--step_function", "lazy",

@@ -5,14 +5,16 @@ A mode whose graph lacks the types it promises is reported as failed (extra_info
 reason) and never timed: the test then fails where REQUIRE_XLA=1 (CI, the command docs/tests.md gives) and is
 skipped with that reason elsewhere; fp32, the reference, must always work.
 The quick profile runs every mode on the demo model and fp32 and model-cast on the
-larger one; the full profile runs every mode on both.
+larger one; the full profile runs every mode on both. Each row also carries the TPU compiler's view of the level
+(`tpu`: the project's run with the level's flags rehearsed by plan.py --rehearse and compiled by libtpu for a v5e and
+a v6e chip, without a TPU): each graph's peak HBM, bytes accessed, FLOPs and a hash of the program it made.
 """
 
 import os
 
 import pytest
 
-from . import isolation, profiles
+from . import isolation, measure_rehearsal, profiles
 from .graph_types import MODES
 from .measure_precision import run_mode
 
@@ -28,6 +30,11 @@ def precision_runs() -> dict:
     return {}
 
 
+@pytest.fixture(scope="session")
+def tpu_scratch(tmp_path_factory):
+    return tmp_path_factory.mktemp("precision-on-the-tpu-compiler")
+
+
 def fp32_run(precision_runs, model_name, profile) -> dict:
     key = ("fp32", model_name)
     if key not in precision_runs:
@@ -36,7 +43,7 @@ def fp32_run(precision_runs, model_name, profile) -> dict:
 
 
 @pytest.mark.benchmark(group="precision")
-def test_precision_mode(benchmark, profile, precision_runs, model_name, mode_name):
+def test_precision_mode(benchmark, profile, precision_runs, tpu_scratch, model_name, mode_name):
     result = benchmark.pedantic(
         isolation.run, args=(run_mode, MODES[mode_name], model_name, profile), rounds=1, iterations=1
     )
@@ -55,3 +62,14 @@ def test_precision_mode(benchmark, profile, precision_runs, model_name, mode_nam
     benchmark.extra_info["fp32_final_loss"] = reference["final_loss"]
     benchmark.extra_info["loss_drift"] = abs(result["final_loss"] - reference["final_loss"])
     benchmark.extra_info["loss_drift_relative"] = benchmark.extra_info["loss_drift"] / abs(reference["final_loss"])
+    # The same level as the TPU's compiler sees it: the project's run with the level's flags, rehearsed (plan.py
+    # --rehearse: staged here, compiled by libtpu for a v5e and a v6e chip).
+    if problem := measure_rehearsal.tpu_problem():
+        benchmark.extra_info["tpu_step_v5e"] = f"n/a: {problem}"
+        return
+    part = measure_rehearsal.precision_part(MODES[mode_name].xla_level, model_name, profile, tpu_scratch)
+    benchmark.extra_info["tpu"] = part
+    benchmark.extra_info["tpu_step_v5e"] = measure_rehearsal.step_summary(part)
+    for target in part.values():
+        assert target["fits"] and target["step"]["peak_bytes"] > 0 and target["step"]["flops"] > 0, target
+

@@ -15,7 +15,7 @@ from pathlib import Path
 from .plan_rehearsal import EPOCHS, STEPS_PER_EPOCH, stand_in_data
 
 
-class Staged(Exception):
+class _Staged(Exception):
     """Every graph of the run is cut and written: the staging ends here (a BaseException would skip the loop's own
     end; this one passes through it like a run's stop)."""
 
@@ -89,14 +89,14 @@ def main(argv=None) -> int:
             "step_function": context.step.name, "step_function_why": context.step.why, "layout": context.layout.name,
             "precision": context.precision.effective}) + "\n")
         # The graphs are all cut: what follows (the report, the export) reads the weights, which are placeholders.
-        raise Staged
+        raise _Staged
 
     fit.Loop.fit = fit_staged
     # What the host reads is zeros (xla/rehearsal.py): an evaluation counted no example, so it has no metrics to print.
     fit.task.summary = lambda evaluation: "evaluation staged"
     try:
         training_function(run_model(config), config)
-    except Staged:
+    except _Staged:
         pass
     finally:
         shutil.rmtree(scratch, ignore_errors=True)  # the stand-in data and the run's folder; the graphs stay in FOLDER

@@ -22,12 +22,13 @@ tensor id), _get_xla_tensor_debug_info (a tensor's alias id: the data an in-plac
 donates), _xla_get_tensor_id, _replace_xla_tensor, _xla_annotate_custom_sharding, _check_device_tensor_need_materialization.
 """
 
-import gc
 import hashlib
 import json
 import re
 import sys
 from pathlib import Path
+
+from .live_tensors import _live_xla_tensors, _next_seed, _placeholder, _replicated, _unreached  # the rehearsal's own
 
 # At least this many bytes: a placeholder (not readable); below it zeros (readable). 1 MiB keeps every weight matrix
 # of a real model a placeholder while a batch's losses, counts and kept scores (rows x classes) stay readable.
@@ -65,12 +66,13 @@ class Stage:
         import torch_xla.core.xla_model as xm
 
         from . import device
+        from .sharding import replicate_under_spmd
 
         take_over = self.cut
 
         def sync(wait=False, reset_scope=True):
             take_over()
-            next_seed()
+            _next_seed()
 
         def mark_step(wait=False, reset_scope=True):
             sync()
@@ -84,8 +86,11 @@ class Stage:
             import torch
 
             zeros = torch.zeros(tuple(tensor.shape), dtype=tensor.dtype, device=tensor.device)
-            if torch_xla._XLAC._get_xla_sharding_spec(tensor):
+            spec = torch_xla._XLAC._get_xla_sharding_spec(tensor)
+            if spec and "replicated" not in spec:  # sharded as the weight is, as sharding.sharded_zeros_like does
                 torch_xla._XLAC._xla_mark_sharding(zeros, torch_xla._XLAC._get_xla_op_sharding(tensor))
+            else:  # else replicated under SPMD, as device._as_data sends them
+                replicate_under_spmd(zeros)
             return zeros
 
         torch_xla.sync, xm.mark_step, device.to_host, device.zeros_like = sync, mark_step, to_host, zeros_like
@@ -188,67 +193,6 @@ class Stage:
                 xlac._replace_xla_tensor(tensor, stand_in)
             self._stands_in[xlac._xla_get_tensor_id(stand_in)] = id(tensor)
             self._was[xlac._xla_get_tensor_id(stand_in)] = before
-
-
-def next_seed() -> None:
-    """What torch_xla's step marker does to the random seed, without its sync (which would run what C++ still holds
-    on placeholders): the next graph takes the seed afresh as data. Without it the seed's arithmetic grows from graph
-    to graph (an LCG step each draw) and every step is another graph. The next seed is the marker's own:
-    seed * 214013 + 2531011 (torch_xla's kSeedMul, kSeedAdd)."""
-    import torch_xla
-
-    device = str(torch_xla.device())
-    seed = torch_xla._XLAC._xla_get_rng_seed(device)
-    torch_xla._XLAC._xla_set_rng_seed((seed * 214013 + 2531011) % 2 ** 64, device)
-
-
-def _replicated(torch, device):
-    """The replicated sharding under SPMD (None without it), taken from a tensor marked so."""
-    import torch_xla
-    import torch_xla.runtime as xr
-
-    if not xr.is_spmd():
-        return None
-    from .sharding import replicate_under_spmd
-
-    probe = torch.zeros(1).to(device)
-    replicate_under_spmd(probe)
-    return torch_xla._XLAC._get_xla_op_sharding(probe)
-
-
-def _live_xla_tensors() -> list:
-    """Every XLA tensor Python can reach (what torch_xla.sync would consider, but for tensors only C++ holds), with
-    the gradients of the parameters among them (autograd makes those in C++)."""
-    import torch
-
-    found, seen = [], set()
-    frozen = gc.get_freeze_count()
-    if frozen:  # the run freezes what is alive at its start (loop/collector.py), the model among it: out of
-        gc.unfreeze()  # get_objects' sight until unfrozen; frozen again after (with what came since: no harm here)
-    everything = gc.get_objects()
-    if frozen:
-        gc.freeze()
-    for thing in everything:
-        if isinstance(thing, torch.Tensor) and thing.device.type == "xla":
-            for tensor in (thing, getattr(thing, "grad", None) if isinstance(thing, torch.nn.Parameter) else None):
-                if tensor is not None and id(tensor) not in seen:
-                    seen.add(id(tensor))
-                    found.append(tensor)
-    return found
-
-
-def _unreached(reached: int) -> int:
-    """Pending tensors on the device that Python cannot reach (the run would compute them in this graph too)."""
-    import torch_xla
-
-    device = str(torch_xla.device())
-    return max(0, sum(torch_xla._XLAC._check_device_tensor_need_materialization(device)) - reached)
-
-
-def _placeholder(tensor) -> bool:
-    import torch_xla
-
-    return bool(torch_xla._XLAC._is_placecholder(tensor))  # sic: torch_xla's spelling
 
 
 def _phase() -> tuple[str, dict | None]:

@@ -1,0 +1,66 @@
+"""What torch_xla holds between two of the rehearsal's cuts (rehearsal.py): the live tensors Python can reach, which
+are placeholders, the replicated sharding, and the random seed the step marker moves on. Private to the rehearsal.
+"""
+
+import gc
+
+
+def _next_seed() -> None:
+    """What torch_xla's step marker does to the random seed, without its sync (which would run what C++ still holds
+    on placeholders): the next graph takes the seed afresh as data. Without it the seed's arithmetic grows from graph
+    to graph (an LCG step each draw) and every step is another graph. The next seed is the marker's own:
+    seed * 214013 + 2531011 (torch_xla's kSeedMul, kSeedAdd)."""
+    import torch_xla
+
+    device = str(torch_xla.device())
+    seed = torch_xla._XLAC._xla_get_rng_seed(device)
+    torch_xla._XLAC._xla_set_rng_seed((seed * 214013 + 2531011) % 2 ** 64, device)
+
+
+def _replicated(torch, device):
+    """The replicated sharding under SPMD (None without it), taken from a tensor marked so."""
+    import torch_xla
+    import torch_xla.runtime as xr
+
+    if not xr.is_spmd():
+        return None
+    from .sharding import replicate_under_spmd
+
+    probe = torch.zeros(1).to(device)
+    replicate_under_spmd(probe)
+    return torch_xla._XLAC._get_xla_op_sharding(probe)
+
+
+def _live_xla_tensors() -> list:
+    """Every XLA tensor Python can reach (what torch_xla.sync would consider, but for tensors only C++ holds), with
+    the gradients of the parameters among them (autograd makes those in C++)."""
+    import torch
+
+    found, seen = [], set()
+    frozen = gc.get_freeze_count()
+    if frozen:  # the run freezes what is alive at its start (loop/collector.py), the model among it: out of
+        gc.unfreeze()  # get_objects' sight until unfrozen; frozen again after (with what came since: no harm here)
+    everything = gc.get_objects()
+    if frozen:
+        gc.freeze()
+    for thing in everything:
+        if isinstance(thing, torch.Tensor) and thing.device.type == "xla":
+            for tensor in (thing, getattr(thing, "grad", None) if isinstance(thing, torch.nn.Parameter) else None):
+                if tensor is not None and id(tensor) not in seen:
+                    seen.add(id(tensor))
+                    found.append(tensor)
+    return found
+
+
+def _unreached(reached: int) -> int:
+    """Pending tensors on the device that Python cannot reach (the run would compute them in this graph too)."""
+    import torch_xla
+
+    device = str(torch_xla.device())
+    return max(0, sum(torch_xla._XLAC._check_device_tensor_need_materialization(device)) - reached)
+
+
+def _placeholder(tensor) -> bool:
+    import torch_xla
+
+    return bool(torch_xla._XLAC._is_placecholder(tensor))  # sic: torch_xla's spelling
