@@ -43,7 +43,10 @@ def place_lazily() -> None:
                 tensor.is_meta for tensor in itertools.chain(module.parameters(), module.buffers())):
             # Zeros as a lazy constant, not Module.to_empty: torch_xla's empty_like is a strided view of a hidden
             # base, and a view's in-place updates go on writing into that base, one graph input more every step.
-            module._apply(lambda tensor: torch.zeros(tensor.shape, dtype=dtype or tensor.dtype, device=device))
+            # Only what is still on the meta device: FSDPv2 places each wrapped layer first, then the rest from the
+            # root, and the order tensors are made in is the order of the graph's inputs (torch_xla orders by id).
+            module._apply(lambda tensor: torch.zeros(tensor.shape, dtype=dtype or tensor.dtype, device=device)
+                          if tensor.is_meta else tensor)
             return module
         return move(module, *args, **kwargs)
 
