@@ -58,6 +58,9 @@ class Profile:
     # The "data at size" group (measure_data_at_size.py): its corpus sizes, and whether it runs every row or the few
     # that keep the quick profile's group within 30 s on two cores.
     data_sizes: tuple[str, ...] = ("1MB",)
+    # The precision group's TPU part (measure_rehearsal.py: plan.py --rehearse for each level, about a minute a row on
+    # two cores): the full profile rehearses every row; the quick one only where BENCH_TPU=1 asks.
+    tpu_compiler: bool = False
     data_all_rows: bool = False
 
     def precision_cases(self, modes) -> list[tuple[str, str]]:
@@ -98,7 +101,7 @@ def _profiles() -> dict[str, Profile]:
             grid_train_steps=5, compare_epochs=3, compare_train_examples=472, steady_rounds=5,
             pretrain_epochs=3, pretrain_train_examples=None, finetune_epochs=2, finetune_train_examples=None,
             finetune_batch_size=baked.per_chip_train_batch(False, 1), finetune_seq_length=baked.max_seq_length,
-            cpu_xla_flags="", data_all_rows=True,
+            cpu_xla_flags="", data_all_rows=True, tpu_compiler=True,
         ),
     }
     # Only test_data_at_size.py runs in it (conftest.py): the other groups' settings are quick's.

@@ -69,14 +69,15 @@ VIEWS = {
         "a thread of its own, and the TPU-tuned Trainer, which reads the loss on the host at each log.",
     ),
     "precision": View(
-        ("model", "mode", "graph_types", "step_median_s", "state_bytes", "loss_drift", "tpu_step_v5e"),
+        ("model", "mode", "graph_types", "step_median_s", "state_bytes", "loss_drift", "tpu_step_v5e_4"),
         "What each bf16 mode puts in the graph (element types read from the lowered graph), the bytes of weights "
         "and AdamW state as the device stores them (read from the graph's device data, not computed from dtypes), "
         "the steady step time, and the loss drift from fp32 after the same steps. bf16 speed is a TPU property: "
         "XLA:CPU computes bf16 matmuls in float32, so bf16 is not faster here. The last column is the TPU compiler's "
-        "answer for the project's run at that level (plan.py --rehearse, libtpu for one v5e chip, no TPU): the "
-        "steady training step's peak HBM and a hash of the program it made; two levels with the same hash hand the "
-        "TPU the same program (the v6e figures are in results.md's extra_info).",
+        "answer for the project's run at that level (plan.py --rehearse, libtpu for a 4-chip v5e slice, no TPU): the "
+        "steady training step's peak HBM per chip and a hash of the program it made; two levels with the same hash "
+        "hand the TPU the same program (the v6e figures are in results.md's extra_info). It is rehearsed in the full "
+        "profile, or where BENCH_TPU=1 asks.",
     ),
     "precision: fine-tuning": View(
         ("fraction_changed", "update_norm_vs_fp32", "eval_accuracy", "eval_perplexity", "eval_loss_gap_to_host",

@@ -20,17 +20,21 @@ class _Staged(Exception):
     end; this one passes through it like a run's stop)."""
 
 
-def run_model(config):
-    """The run's architecture at full size on the meta device: shapes only, nothing read or allocated."""
+def run_model(config, chips: int):
+    """The run's architecture at full size, no weight read: on the meta device, which place_lazily places without
+    allocating; but with one chip and the data layout (Accelerate's prepare, no SPMD) uninitialised on the host:
+    Accelerate ties the optimizer to the moved weights by their data pointers, which the meta device does not have, so
+    there the weights are allocated once (on the CPU's XLA device) until the stage makes them stand-ins."""
     from .tasks import task
 
-    return task.build_shape(config)
+    model = task.build_shape(config)
+    return model.to_empty(device="cpu") if config.parallelism == "data" and chips == 1 else model
 
 
-def place_lazily() -> None:
-    """A module on the meta device moved to the XLA device is placed as lazy zeros instead (a graph constant):
-    so that no weight is allocated at full size on any device (xla/rehearsal.py turns each into a stand-in before the
-    first step). Accelerate's prepare, the data layout and FSDPv2's wrapper all place the model with Module.to."""
+def place_lazily(stage) -> None:
+    """A module on the meta device moved to the XLA device is placed by the stage instead (xla/rehearsal.py's
+    Stage.placed): no weight is allocated at full size on any device. Accelerate's prepare, the data layout and
+    FSDPv2's wrapper all place the model with Module.to."""
     import itertools
 
     import torch
@@ -41,12 +45,11 @@ def place_lazily() -> None:
         device, dtype, *_ = torch._C._nn._parse_to(*args, **kwargs)
         if device is not None and device.type == "xla" and any(
                 tensor.is_meta for tensor in itertools.chain(module.parameters(), module.buffers())):
-            # Zeros as a lazy constant, not Module.to_empty: torch_xla's empty_like is a strided view of a hidden
-            # base, and a view's in-place updates go on writing into that base, one graph input more every step.
             # Only what is still on the meta device: FSDPv2 places each wrapped layer first, then the rest from the
             # root, and the order tensors are made in is the order of the graph's inputs (torch_xla orders by id).
-            module._apply(lambda tensor: torch.zeros(tensor.shape, dtype=dtype or tensor.dtype, device=device)
-                          if tensor.is_meta else tensor)
+            # (Not Module.to_empty: torch_xla's empty_like is a strided view of a hidden base, which a view's
+            # in-place updates go on writing into, one graph input more every step.)
+            module._apply(lambda tensor: stage.placed(tensor, device, dtype) if tensor.is_meta else tensor)
             return module
         return move(module, *args, **kwargs)
 
@@ -78,7 +81,7 @@ def main(argv=None) -> int:
     )
     stage = Stage(folder)
     stage.install()
-    place_lazily()
+    place_lazily(stage)
     # What a pure bf16 level would lose to rounding is counted on the weights' values: shapes only here.
     bf16_updates.updates_at_risk = lambda model, learning_rate: {"fraction_of_elements": 0.0}
     start = fit.Loop.fit
@@ -98,7 +101,7 @@ def main(argv=None) -> int:
     # What the host reads is zeros (xla/rehearsal.py): an evaluation counted no example, so it has no metrics to print.
     fit.task.summary = lambda evaluation: "evaluation staged"
     try:
-        training_function(run_model(config), config)
+        training_function(run_model(config, chips), config)
     except _Staged:
         pass
     finally:

@@ -95,6 +95,19 @@ class Stage:
 
         torch_xla.sync, xm.mark_step, device.to_host, device.zeros_like = sync, mark_step, to_host, zeros_like
 
+    def placed(self, tensor, device, dtype):
+        """A tensor of the meta device as the run would hold it on `device`, nothing allocated at full size: without
+        SPMD its stand-in (data: a placeholder, or small zeros); under SPMD lazy zeros, which the layout may still
+        shard (a placeholder refuses a sharding) and release_weights makes stand-ins. Lazy zeros without SPMD would
+        stay pending behind the Parameter that aliases them, an input more in every step's graph."""
+        import torch
+        import torch_xla.runtime as xr
+
+        zeros = torch.zeros(tuple(tensor.shape), dtype=dtype or tensor.dtype, device=device)
+        if not xr.is_spmd():
+            self._settle([zeros], torch, outputs=False)
+        return zeros
+
     def release_weights(self) -> None:
         """Before the first step: every tensor already on the device (weights, moments, counters) gets its stand-in,
         so that each graph of the run sees the same kind of parameter (the first step's graph is the steady one's,
