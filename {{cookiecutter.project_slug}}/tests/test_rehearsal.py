@@ -65,7 +65,7 @@ def test_the_rehearsal_writes_the_graphs_a_real_run_compiles(tmp_path, local_mod
     assert [PHASES.get(graph["kind"], "other") for graph in rehearsal["graphs"]] == [graph["phase"] for graph in watched]
 
     # What the TPU's compiler made of them, over 4 chips.
-    assert rehearsal["fits"] is True
+    assert rehearsal["fits"] is True and rehearsal["graphs_after_the_first_epoch"] == 0
     for graph in rehearsal["graphs"]:
         assert graph["peak_bytes"] > 0 and graph["compile_seconds"] > 0 and graph["flops"] > 0, graph
     step_graph = rehearsal["graphs"][0]

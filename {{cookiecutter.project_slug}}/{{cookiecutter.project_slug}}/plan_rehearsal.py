@@ -93,7 +93,7 @@ def rehearse(plan_argv: list, chosen: list, cache: Path, say=print) -> dict:
                 raise RehearsalRefused(f"rehearse for {target.name}: graph {graph['number']} ({graph['kind']}) "
                                       f"does not compile for a TPU: {said}") from error
             compiled.append({**{key: graph[key] for key in ("number", "kind", "batch_shapes", "reached", "file",
-                                                            "hlo_sha256", "unreached_pending",
+                                                            "hlo_sha256", "unreached_pending", "epoch",
                                                             "tpu_lowering_may_differ")},
                              "donor_indices": graph["donors"], **figures})
         results[target.name] = {**summary(compiled, target.chip.usable_hbm_bytes), "graphs_folder": str(folder)}
@@ -107,6 +107,8 @@ def summary(graphs: list, usable: int) -> dict:
     largest = max(graphs, key=lambda graph: graph["peak_bytes"]) if graphs else None
     return {
         "graphs": graphs,
+        # A real run's graph watch calls a graph first compiled after the first epoch a recompilation.
+        "graphs_after_the_first_epoch": sum(1 for graph in graphs if (graph["epoch"] or 1) > 1),
         "largest_peak_bytes": largest["peak_bytes"] if largest else 0,
         "largest": largest["kind"] if largest else None,
         "fits": all(graph["fits"] is not False and graph["peak_bytes"] <= usable for graph in graphs),
@@ -129,6 +131,10 @@ def rehearsal_lines(report: dict) -> list[str]:
                      f"{rehearsal['largest_peak_bytes'] / 2 ** 30:.2f} GiB of {target['usable_hbm_bytes'] / 2 ** 30:.2f}); "
                      f"TPU compile {rehearsal['compile_seconds_before_first_step']} s before the first step, "
                      f"{rehearsal['compile_seconds_whole_run']} s in the whole run")
+        if rehearsal["graphs_after_the_first_epoch"]:
+            lines.append(f"  warning: {rehearsal['graphs_after_the_first_epoch']} graph(s) first cut in the second epoch: "
+                         f"a real run would compile again there, or the rehearsal is not faithful to this recipe "
+                         f"(docs/plan.md#rehearse)")
         for graph in rehearsal["graphs"]:
             shapes = ", ".join(f"{key} {'x'.join(map(str, shape))}" for key, shape in (graph["batch_shapes"] or {}).items())
             flops = f"{graph['flops']:.3g}" if graph["flops"] is not None else "n/a"

@@ -1,8 +1,13 @@
 """What torch_xla holds between two of the rehearsal's cuts (rehearsal.py): the live tensors Python can reach, which
-are placeholders, the replicated sharding, and the random seed the step marker moves on. Private to the rehearsal.
+are placeholders, the replicated sharding, the random seed the step marker moves on; and where in the loop a cut is
+made. Private to the rehearsal.
 """
 
 import gc
+import sys
+
+# Which part of the loop made a cut: the file the cut was called from (the loop's own modules).
+PHASES = (("loop/fit.py", "training step"), ("loop/evaluation.py", "evaluation"))
 
 
 def _next_seed() -> None:
@@ -64,3 +69,29 @@ def _placeholder(tensor) -> bool:
     import torch_xla
 
     return bool(torch_xla._XLAC._is_placecholder(tensor))  # sic: torch_xla's spelling
+
+
+def _phase() -> tuple[str, dict | None]:
+    """(kind, the batch's shapes) of the cut being made, from the loop's frame that made it."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = frame.f_code.co_filename.replace("\\", "/")
+        for ending, kind in PHASES:
+            if path.endswith(ending):
+                batch = frame.f_locals.get("batch")
+                shapes = {name: list(value.shape) for name, value in batch.items() if hasattr(value, "shape")} \
+                    if hasattr(batch, "items") else None
+                return kind, shapes
+        frame = frame.f_back
+    return "other", None
+
+
+def _epoch() -> int | None:
+    """The run's epoch (from 1) at the cut being made: the loop's RunState, as its frames hold it."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        run = frame.f_locals.get("run")
+        if hasattr(run, "epoch"):
+            return run.epoch + 1
+        frame = frame.f_back
+    return None

@@ -25,10 +25,9 @@ donates), _xla_get_tensor_id, _replace_xla_tensor, _xla_annotate_custom_sharding
 import hashlib
 import json
 import re
-import sys
 from pathlib import Path
 
-from .live_tensors import _live_xla_tensors, _next_seed, _placeholder, _replicated, _unreached  # the rehearsal's own
+from . import live_tensors  # the rehearsal's own
 
 # At least this many bytes: a placeholder (not readable); below it zeros (readable). 1 MiB keeps every weight matrix
 # of a real model a placeholder while a batch's losses, counts and kept scores (rows x classes) stay readable.
@@ -42,8 +41,6 @@ TPU_ONLY_LOWERINGS = {
     "an integer matrix product": re.compile(r"= [su]\d+\[[^]]*\]\S* aten::(mm|bmm|addmm|baddbmm|matmul|dot)\("),
     "upsampling (a TPU custom call)": re.compile(r"aten::upsample_\w+\("),
 }
-# Which part of the loop made a cut: the file the cut was called from (the loop's own modules).
-PHASES = (("loop/fit.py", "training step"), ("loop/evaluation.py", "evaluation"))
 
 
 class Stage:
@@ -72,7 +69,7 @@ class Stage:
 
         def sync(wait=False, reset_scope=True):
             take_over()
-            _next_seed()
+            live_tensors._next_seed()
 
         def mark_step(wait=False, reset_scope=True):
             sync()
@@ -114,16 +111,17 @@ class Stage:
         as in the run) and knows which of them a graph writes over (its donors)."""
         import torch
 
-        self._settle([tensor for tensor in _live_xla_tensors() if not _placeholder(tensor)], torch, outputs=False)
+        self._settle([tensor for tensor in live_tensors._live_xla_tensors() if not live_tensors._placeholder(tensor)], torch, outputs=False)
 
     def cut(self, reading: list | None = None) -> None:
         import torch
         import torch_xla
 
-        tensors = [tensor for tensor in (reading or _live_xla_tensors()) if getattr(tensor, "device", None) is not None
+        tensors = [tensor for tensor in (reading or live_tensors._live_xla_tensors()) if getattr(tensor, "device", None) is not None
                    and tensor.device.type == "xla"]
+        # A placeholder whose only IR is the sharding annotation the stage put on it is the run's data, not a graph.
         pending = [tensor for tensor, needed in zip(tensors, torch_xla._XLAC._check_tensor_need_materialization(tensors),
-                                                     strict=True) if needed] if tensors else []
+                                                     strict=True) if needed and not live_tensors._placeholder(tensor)] if tensors else []
         if not pending:
             return
         # In torch_xla's own order (its live tensors are kept by id): the order is the graph's parameter and output
@@ -158,19 +156,19 @@ class Stage:
         # torch_xla's own rule for data it made: an in-place update's output keeps the updated data's id as its alias.
         written_over = {int(found.group(1)) for tensor in pending
                         if (found := ALIAS.search(xlac._get_xla_tensor_debug_info(tensor)))}
-        kind, batch = _phase()
+        kind, batch = live_tensors._phase()
         if read:
             kind = f"{kind}: a read on the host"
         number = len(self.graphs) + 1
         name = f"graph-{number:03d}.hlo.pb"
         (self.folder / name).write_bytes(proto)
         graph = {
-            "number": number, "kind": kind, "batch_shapes": batch, "file": name, "reached": 1,
+            "number": number, "kind": kind, "batch_shapes": batch, "file": name, "reached": 1, "epoch": live_tensors._epoch(),
             "outputs": len(pending), "parameters": len(ids),
             "donors": [index for index, tensor_id in enumerate(ids)
                        if self._stands_in.get(tensor_id) in computed or tensor_id in written_over],
             "hlo_sha256": hashlib.sha256(proto).hexdigest()[:16],
-            "unreached_pending": _unreached(len(pending)),
+            "unreached_pending": live_tensors._unreached(len(pending)),
             "tpu_lowering_may_differ": [name for name, found in TPU_ONLY_LOWERINGS.items() if found.search(ir)],
         }
         self._by_hash[key] = graph
@@ -183,7 +181,7 @@ class Stage:
         from torch_xla.core.xla_builder import create_placeholder_tensor
 
         xlac = torch_xla._XLAC
-        replicated = _replicated(torch, tensors[0].device) if tensors and outputs else None
+        replicated = live_tensors._replicated(torch, tensors[0].device) if tensors and outputs else None
         for tensor in sorted(tensors, key=self._order):  # stand-ins made in order: their ids keep it
             before = self._order(tensor)
             # A graph's output under SPMD comes back with the sharding its compiled program gave it (torch_xla lets
@@ -206,18 +204,3 @@ class Stage:
                 xlac._replace_xla_tensor(tensor, stand_in)
             self._stands_in[xlac._xla_get_tensor_id(stand_in)] = id(tensor)
             self._was[xlac._xla_get_tensor_id(stand_in)] = before
-
-
-def _phase() -> tuple[str, dict | None]:
-    """(kind, the batch's shapes) of the cut being made, from the loop's frame that made it."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        path = frame.f_code.co_filename.replace("\\", "/")
-        for ending, kind in PHASES:
-            if path.endswith(ending):
-                batch = frame.f_locals.get("batch")
-                shapes = {name: list(value.shape) for name, value in batch.items() if hasattr(value, "shape")} \
-                    if hasattr(batch, "items") else None
-                return kind, shapes
-        frame = frame.f_back
-    return "other", None
