@@ -19,7 +19,8 @@ TASK_FILES = {
         f"{ANSWERS['project_slug']}/tasks/roc_auc.py",
         "tests/test_data_files.py", "tests/test_training.py", "tests/test_benchmark_logic.py",
         # The benchmarks written around a classifier: precision modes, eval batching and loops, checkpoint cost.
-        "benchmarks/measure_precision.py", "benchmarks/test_precision.py", "benchmarks/measure_recompilation.py",
+        "benchmarks/measure_precision.py", "benchmarks/test_precision.py", "benchmarks/measure_rehearsal.py",
+        "benchmarks/measure_recompilation.py",
         "benchmarks/test_recompilation.py", "benchmarks/grid.py", "benchmarks/workload.py",
         "benchmarks/test_checkpointing.py", "benchmarks/measure_shared_model.py", "benchmarks/test_shared_model_memory.py",
         f"{ANSWERS['project_slug']}/watch/memory.py", "data/demo",
