@@ -28,6 +28,7 @@ TASK_ONLY = {
         "PKG/tasks/text_classification.py", "PKG/tasks/roc_auc.py", "PKG/loop/predict_labels.py", "tests/test_data_files.py",
         "tests/test_training.py",
         "tests/test_benchmark_logic.py", "benchmarks/measure_precision.py", "benchmarks/test_precision.py",
+        "benchmarks/measure_rehearsal.py",
         "benchmarks/measure_recompilation.py", "benchmarks/test_recompilation.py", "benchmarks/grid.py",
         "benchmarks/workload.py", "benchmarks/test_checkpointing.py", "benchmarks/measure_shared_model.py",
         "benchmarks/test_shared_model_memory.py", "PKG/watch/memory.py", "data/demo/train.csv",
