@@ -35,7 +35,8 @@ def stage(plan_argv: list, folder: Path, chips: int) -> list[dict]:
     """The run's graphs (xla/rehearsal.Stage's index) staged in a child process on `chips` XLA:CPU devices."""
     package = __package__
     env = {**os.environ, "PJRT_DEVICE": "CPU", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env.pop("XLA_FLAGS", None) if "xla_dump_to" in env.get("XLA_FLAGS", "") else None
+    if "xla_dump_to" in env.get("XLA_FLAGS", ""):  # a dump asked of the plan is not the staging's to write
+        env.pop("XLA_FLAGS")
     if chips > 1:
         env["CPU_NUM_DEVICES"] = str(chips)
     else:
@@ -114,7 +115,7 @@ def summary(graphs: list, usable: int) -> dict:
         "fits": all(graph["fits"] is not False and graph["peak_bytes"] <= usable for graph in graphs),
         "compile_seconds_before_first_step": round(sum(graph["compile_seconds"] for graph in graphs[:first + 1]), 1),
         "compile_seconds_whole_run": round(sum(graph["compile_seconds"] for graph in graphs), 1),
-        "staged_with": "the run's flags and code path on XLA:CPU; weights uninitialised and then placeholders; the "
+        "staged_with": "the run's flags and code path on XLA:CPU; the weights built from the config, then placeholders; the "
                        "demo's text at the run's shapes; 2 epochs of 2 steps; no checkpoint or export (plan_rehearsal.py)",
     }
 
