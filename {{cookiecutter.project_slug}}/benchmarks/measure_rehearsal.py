@@ -14,8 +14,7 @@ from pathlib import Path
 from .profiles import BERT_VOCAB_SIZE, MODEL_SHAPES, Profile
 from .project_runs import run_command
 
-# 4-chip slices: the rehearsal is checked against real runs under SPMD (tests/test_rehearsal.py, 4 devices); the lazy
-# step on one chip without SPMD is not faithful yet (docs/plan.md says so).
+# 4-chip slices: the slice the rehearsal's tests check against real runs (tests/test_rehearsal.py, 4 SPMD devices).
 TARGETS = ("v5e-4", "v6e-4")
 # The precision levels' flags (precision/levels.py's requested_level reads them back).
 LEVEL_FLAGS = {
@@ -78,7 +77,8 @@ def precision_part(level: str, model_name: str, profile: Profile, scratch: Path)
 
 def step_summary(part: dict, target: str = TARGETS[0]) -> str:
     """'12.3 MiB, program 1a2b3c4d': the steady step on `target` (per chip), for the table's one column; n/a where the
-    rehearsal cut graphs again in its second epoch (the lazy step in float32: not faithful yet, docs/plan.md)."""
+    rehearsal cut graphs again in its second epoch (a real run would recompile there, or the rehearsal is not faithful
+    to the recipe: the plan warns either way)."""
     if part[target]["graphs_after_the_first_epoch"]:
         return f"n/a: {part[target]['graphs_after_the_first_epoch']} graph(s) again in epoch 2"
     step = part[target]["step"]

@@ -202,5 +202,12 @@ class Stage:
                 if sharding is not None:
                     xlac._xla_mark_sharding(stand_in, sharding)
                 xlac._replace_xla_tensor(tensor, stand_in)
+            if torch._is_functional_tensor(tensor):
+                # torch_xla's _replace_xla_tensor swaps the XLA tensor inside torch's functionalization wrapper, not
+                # the value the wrapper's storage keeps for its aliases: an in-place update later (AdamW's) brings
+                # that old value back, and with it every step before (float32's weights grew a step a graph). The
+                # stand-in is committed to the storage as functionalization commits an in-place update.
+                torch._functionalize_commit_update(tensor)
+                torch._functionalize_sync(tensor)
             self._stands_in[xlac._xla_get_tensor_id(stand_in)] = id(tensor)
             self._was[xlac._xla_get_tensor_id(stand_in)] = before
