@@ -211,3 +211,37 @@ def test_the_run_checks_its_estimate_against_the_chip_with_the_measured_error_as
     assert 0 < batch < recipe.per_chip_batch
     assert estimate.memory(model, replace(recipe, per_chip_batch=batch), 1, device_bytes)["peak_bytes"] <= device_bytes
     assert estimate.memory(model, replace(recipe, per_chip_batch=batch + 1), 1, device_bytes)["peak_bytes"] > device_bytes
+
+
+def test_a_kept_rehearsal_of_the_same_recipe_replaces_the_estimate_at_the_start_without_a_margin(tmp_path):
+    """plan.py --rehearse keeps each slice's answer (planning/rehearsed.py); a run of the same recipe on that slice
+    reads it and stops on the TPU compiler's peak, above the chip at all (no margin: not an estimate). Another recipe
+    (one more example a chip) or another slice finds none. A device that reports no memory is held to the chip table."""
+    from tpu_text_classifier.config import TrainConfig
+    from tpu_text_classifier.plan_cli import recipe_of, run_model
+    from tpu_text_classifier.planning import estimate, rehearsed, targets
+    from tpu_text_classifier.tasks import task
+
+    config = TrainConfig(model_name_or_path=str(config_folder(tmp_path / "model")))
+    recipe = recipe_of(config, task)
+    model = run_model(config, recipe)
+    key = rehearsed.recipe_key(model, recipe, config)
+    assert key == rehearsed.recipe_key(run_model(config, recipe), recipe, config)
+    assert key != rehearsed.recipe_key(model, replace(recipe, per_chip_batch=recipe.per_chip_batch + 1), config)
+    (target,) = targets.parse("v5e-4")
+    usable = target.chip.usable_hbm_bytes
+    kept = {"graphs": [{}, {}], "largest_peak_bytes": usable + 1, "largest": "training step", "fits": False,
+            "compile_seconds_before_first_step": 1.0, "compile_seconds_whole_run": 2.0, "graphs_after_the_first_epoch": 0}
+    rehearsed.record(tmp_path / "cache", key, target, kept)
+    found = rehearsed.lookup(tmp_path / "cache", key, "v5e", 4)
+    assert found["largest_peak_bytes"] == usable + 1 and found["target"] == "v5e-4" and found["graphs"] == 2
+    assert rehearsed.lookup(tmp_path / "cache", key, "v5e", 8) is None
+    assert rehearsed.lookup(tmp_path / "cache", key, "v6e", 4) is None
+    assert rehearsed.lookup(tmp_path / "cache", key, None, 4) is None
+    # The estimate of this recipe fits a v5e chip; the kept answer one byte past it stops the run.
+    assert estimate.check_at_start(model, recipe, 4, usable)[1] is None
+    line, problem = estimate.check_at_start(model, recipe, 4, usable, found)
+    assert "(rehearsed: the TPU compiler's peak, training step, plan.py --rehearse for v5e-4 of " in line, line
+    assert problem and "GiB per chip (rehearsed), more than the 15.75 GiB this device offers" in problem, problem
+    line, problem = estimate.check_at_start(model, recipe, 4, None, {**found, "largest_peak_bytes": usable})
+    assert problem is None and "of the 15.75 GiB a v5e chip offers a program (the chip table" in line, line

@@ -8,7 +8,6 @@ status 2, nothing written.
 
 import json
 import math
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,7 @@ from .cli import build_parser, unknown_flag
 from .config import ConfigError, TrainConfig, UserError
 from .plan_compile import compile_for, compiler_problem, with_compiler
 from .plan_rehearsal import add_rehearsals, rehearsal_lines, rehearsal_problem, rehearsal_refusal
-from .planning import estimate, targets
+from .planning import estimate, rehearsed, targets
 from .planning.table import table
 
 
@@ -46,8 +45,9 @@ class PlanOptions:
                            "HBM, compile seconds (the plan extra; minutes at full size)."})
     compile_cache: str | None = field(default=None, metadata={"help": "Folder where --compile keeps the compiler's "
                                       "answers (JSON), so that the same plan asked again is instant; a folder shared "
-                                      "by a team shares them. Default: $XDG_CACHE_HOME or ~/.cache, then "
-                                      "{{ cookiecutter.project_slug }}-plans."})
+                                      "by a team shares them. --rehearse keeps each slice's answer there too, which "
+                                      "a run of the same recipe reads at its start from the default folder. Default: "
+                                      "$XDG_CACHE_HOME or ~/.cache, then {{ cookiecutter.project_slug }}-plans."})
 
 
 def parse(argv=None) -> tuple[TrainConfig, PlanOptions]:
@@ -89,9 +89,7 @@ def run_model(config: TrainConfig, recipe: estimate.Recipe):
 def compile_cache(options: PlanOptions) -> Path:
     """Where the TPU compiler's answers are kept (JSON, read back as data only): --compile_cache, else XDG_CACHE_HOME
     or ~/.cache."""
-    if options.compile_cache:
-        return Path(options.compile_cache)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "{{ cookiecutter.project_slug }}-plans"
+    return Path(options.compile_cache) if options.compile_cache else rehearsed.default_cache()
 
 
 def plan_target(model, config, options, recipe, target, train_examples: int) -> dict:
@@ -161,6 +159,9 @@ def make_plan(config: TrainConfig, options: PlanOptions, say=print, argv=None) -
             with_compiler(report["targets"][target.name], compiled, target.chip)
     if options.rehearse:
         add_rehearsals(report, chosen, compile_cache(options), list(sys.argv[1:] if argv is None else argv), say)
+        key = rehearsed.recipe_key(model, recipe, config)  # kept for a run of the same recipe to read at its start
+        for target in chosen:
+            rehearsed.record(compile_cache(options), key, target, report["targets"][target.name]["rehearsal"])
     return report
 
 

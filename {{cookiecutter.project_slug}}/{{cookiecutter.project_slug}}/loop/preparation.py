@@ -17,10 +17,11 @@ from ..data.preparation import timed
 from ..launch.main_process import main_process_first
 from ..models import lora
 from ..models.modeling import check_positions, make_graph_friendly
-from ..planning import estimate
+from ..planning import estimate, rehearsed
 from ..precision import bf16_updates
 from ..precision import levels as precision
 from ..tasks import task
+from ..watch.flops import chip_generation
 from ..xla import device as devices
 from . import optimizers
 from .context import RunContext
@@ -80,9 +81,12 @@ def prepare(context: RunContext, model=None) -> Prepared:
     replicas = layout.replicas(accelerator)  # chips (fsdp) or processes (data) sharing one optimizer step
     batch_size, accumulation = config.per_chip_train_batch(demo, replicas), config.gradient_accumulation_steps
     # Before anything reaches the device: a step that cannot fit stops here, not after minutes of compiling.
-    line, problem = estimate.check_at_start(
-        model, estimate.Recipe.of(config, batch_size, precision_report.effective, layout.name, task.NAME), replicas,
-        devices.memory_per_chip(accelerator.device))
+    recipe = estimate.Recipe.of(config, batch_size, precision_report.effective, layout.name, task.NAME)
+    # plan.py --rehearse's answer for this recipe on this slice, where it kept one: rehearsed as one program over the
+    # chips, as a single process (or fsdp's one per host) runs it; Accelerate's process per chip is not rehearsed.
+    rehearsal = rehearsed.lookup(rehearsed.default_cache(), rehearsed.recipe_key(model, recipe, config),
+                                 chip_generation(), replicas) if accelerator.num_processes == 1 or layout.name == "fsdp" else None
+    line, problem = estimate.check_at_start(model, recipe, replicas, devices.memory_per_chip(accelerator.device), rehearsal)
     say(line)
     if problem:
         raise ConfigError(problem)

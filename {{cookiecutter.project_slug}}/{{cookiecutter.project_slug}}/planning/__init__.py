@@ -3,6 +3,7 @@
   targets.py   the TPU generations' published figures and list prices, and the slices --tpu names
   table.py     plan.py's table: a row per figure, a column per slice
   estimate.py  weights, gradients, optimizer state and activations per chip, from the model's config alone
+  rehearsed.py plan.py --rehearse's answer per recipe and slice, kept for the run to start from
 
 Nothing here imports torch_xla or libtpu: the TPU compiler's answer (--compile) comes through xla/tpu_compile.py.
 """

@@ -164,19 +164,32 @@ def largest_batch(model, recipe: Recipe, chips: int, usable_bytes: int) -> int:
 MEASURED_ERROR = 0.15
 
 
-def check_at_start(model, recipe: Recipe, chips: int, device_bytes: int | None) -> tuple[str, str | None]:
+def check_at_start(model, recipe: Recipe, chips: int, device_bytes: int | None,
+                   rehearsed: dict | None = None) -> tuple[str, str | None]:
     """(the line a run prints before it compiles, why it must stop or None).
 
-    It stops when the estimate exceeds the chip's memory by more than MEASURED_ERROR, naming what would fit.
+    It stops when the estimate exceeds the chip's memory by more than MEASURED_ERROR, naming what would fit; or, where
+    plan.py --rehearse kept this recipe's rehearsal for this slice (planning/rehearsed.py), when the TPU compiler's peak
+    exceeds it at all (the compiler's answer, not an estimate). A device that reports no memory is then held to the
+    chip table's usable HBM for the rehearsed generation.
     """
     from .targets import CHIPS, GIB
 
-    if device_bytes is None:
+    offers = "the device offers"
+    if rehearsed is not None:
+        peak = rehearsed["largest_peak_bytes"]
+        if device_bytes is None:
+            device_bytes = CHIPS[rehearsed["generation"]].usable_hbm_bytes
+            offers = f"a {rehearsed['generation']} chip offers a program (the chip table: this device reports none)"
+        margin, what = 0.0, (f"rehearsed: the TPU compiler's peak, {rehearsed['largest']}, plan.py --rehearse for "
+                             f"{rehearsed['target']} of {rehearsed['rehearsed_on']}")
+    elif device_bytes is None:
         peak = memory(model, recipe, chips)["peak_bytes"]
         return f"plan: {peak / GIB:.2f} GiB per chip (estimate; this device reports no memory to check it against)", None
-    peak = memory(model, recipe, chips, device_bytes)["peak_bytes"]
-    line = f"plan: {peak / GIB:.2f} GiB per chip (estimate) of the {device_bytes / GIB:.2f} GiB the device offers"
-    if peak <= device_bytes * (1 + MEASURED_ERROR):
+    else:
+        peak, margin, what = memory(model, recipe, chips, device_bytes)["peak_bytes"], MEASURED_ERROR, "estimate"
+    line = f"plan: {peak / GIB:.2f} GiB per chip ({what}) of the {device_bytes / GIB:.2f} GiB {offers}"
+    if peak <= device_bytes * (1 + margin):
         return line, None
     would_fit = []
     batch = largest_batch(model, recipe, chips, device_bytes)
@@ -191,6 +204,7 @@ def check_at_start(model, recipe: Recipe, chips: int, device_bytes: int | None) 
     larger = [chip.generation for chip in CHIPS.values() if chip.usable_hbm_bytes >= peak]
     if larger:
         would_fit.append(f"a chip with more memory ({', '.join(larger)})")
-    return line, (f"train_batch_size={recipe.per_chip_batch}: the step needs about {peak / GIB:.2f} GiB per chip, "
+    return line, (f"train_batch_size={recipe.per_chip_batch}: the step needs {'' if rehearsed else 'about '}"
+                  f"{peak / GIB:.2f} GiB per chip{' (rehearsed)' if rehearsed else ''}, "
                   f"more than the {device_bytes / GIB:.2f} GiB this device offers (python plan.py --help); "
                   f"what would fit: {'; '.join(would_fit) or 'a smaller model'}")

@@ -57,6 +57,8 @@ class Stage:
         # Each stand-in's XLA tensor id -> the id its tensor had before: torch_xla orders a graph's outputs (and so its
         # parameters and its hash) by its tensors' ids, and a synced tensor keeps its id, where a stand-in brings a new one.
         self._was: dict[int, int] = {}
+        # Each annotated placeholder's Python id -> the graph hash of its IR (the annotation alone) when made.
+        self._annotated: dict[int, bytes] = {}
 
     def install(self) -> None:
         import torch_xla
@@ -121,7 +123,7 @@ class Stage:
                    and tensor.device.type == "xla"]
         # A placeholder whose only IR is the sharding annotation the stage put on it is the run's data, not a graph.
         pending = [tensor for tensor, needed in zip(tensors, torch_xla._XLAC._check_tensor_need_materialization(tensors),
-                                                     strict=True) if needed and not live_tensors._placeholder(tensor)] if tensors else []
+                                                     strict=True) if needed and not self._only_annotated(tensor)] if tensors else []
         if not pending:
             return
         # In torch_xla's own order (its live tensors are kept by id): the order is the graph's parameter and output
@@ -129,6 +131,14 @@ class Stage:
         pending.sort(key=self._order)
         self._capture(pending, reading is not None)
         self._settle(pending, torch)
+
+    def _only_annotated(self, tensor) -> bool:
+        """Whether the tensor is still the annotated placeholder _settle made it (its IR, by torch_xla's graph hash,
+        unchanged since): data, not a graph. Its IR is that annotation, so torch_xla calls it pending."""
+        import torch_xla
+
+        kept = self._annotated.get(id(tensor))
+        return kept is not None and kept == bytes(torch_xla._XLAC._get_graph_hash([tensor]))
 
     def _order(self, tensor) -> int:
         import torch_xla
@@ -194,6 +204,7 @@ class Stage:
                 xlac._replace_xla_tensor(tensor, stand_in)
                 if sharding is not None:
                     xlac._xla_annotate_custom_sharding(tensor, sharding)
+                    self._annotated[id(tensor)] = bytes(xlac._get_graph_hash([tensor]))
             else:
                 stand_in = torch.zeros(tuple(tensor.shape), dtype=tensor.dtype).to(tensor.device)
                 # Sent this way a small tensor is a graph constant until a sync makes it data (device.device_values
