@@ -16,6 +16,8 @@ from .project_runs import run_command
 
 # 4-chip slices: the slice the rehearsal's tests check against real runs (tests/test_rehearsal.py, 4 SPMD devices).
 TARGETS = ("v5e-4", "v6e-4")
+# One chip each: an eval-batching row's eval batch size is per process on one device, as a run's is per chip.
+ONE_CHIP = ("v5e-1", "v6e-1")
 # The precision levels' flags (precision/levels.py's requested_level reads them back).
 LEVEL_FLAGS = {
     "fp32": ("no", "no"), "bf16": ("bf16", "no"), "pure-bf16-xla": ("bf16", "xla"),
@@ -44,9 +46,9 @@ def model_folder(model_name: str, folder: Path, vocab_size: int, config) -> Path
     return folder
 
 
-def rehearse(folder: Path, argv: list[str], report: Path, cache: Path) -> dict:
+def rehearse(folder: Path, argv: list[str], report: Path, cache: Path, targets: tuple = TARGETS) -> dict:
     """{target: {"graphs": [each graph's figures], "fits": ...}, "step_function": ...} of one rehearsal."""
-    run_command("plan.py", ["--model_name_or_path", str(folder), "--tpu", ",".join(TARGETS), "--rehearse",
+    run_command("plan.py", ["--model_name_or_path", str(folder), "--tpu", ",".join(targets), "--rehearse",
                             "--compile_cache", str(cache), "--report", str(report), *argv], Path(f"{report}.log"))
     targets = json.loads(report.read_text())["targets"]
     return {name: {"fits": target["rehearsal"]["fits"],
@@ -72,6 +74,31 @@ def precision_part(level: str, model_name: str, profile: Profile, scratch: Path)
     for target in part.values():
         steps = [graph for graph in target["graphs"] if graph["kind"] == "training step"]
         target["step"] = steps[-1]  # the steady step: the last training graph the run compiles
+    return part
+
+
+def eval_part(cell, profile: Profile, scratch: Path) -> dict:
+    """The TPU compiler's view of an eval-batching row (benchmarks/grid.py's Cell): the project's run with the cell's
+    eval batch size and padding over the demo's eval file, rehearsed for one v5e and one v6e chip; per target the
+    evaluation graphs it compiles, each with its compile seconds and peak, and their sum. The run pads its last eval
+    batch: a row that drops it or keeps it ragged is the benchmark's own loader, not a run's, and gets none."""
+    from {{ cookiecutter.project_slug }}.data.sources import DEMO_FILES
+    from {{ cookiecutter.project_slug }}.data.tokenizer import load_tokenizer
+
+    from . import workload
+
+    if cell.last_batch != "pad":
+        return {"why_none": f"last batch {cell.last_batch}: the project's run always pads its last eval batch"}
+    config = workload.config_for(profile, eval_batch_size=cell.eval_batch_size, padding=cell.padding)
+    folder = model_folder("demo", scratch / "model-demo", len(load_tokenizer(config.data, config.model, demo=True)), config)
+    part = rehearse(folder, ["--mixed_precision", "no", "--step_function", "lazy", "--eval_file", str(DEMO_FILES["eval"]),
+                             "--eval_batch_size", str(cell.eval_batch_size), "--padding", cell.padding,
+                             "--max_seq_length", str(profile.max_seq_length),
+                             "--train_batch_size", str(config.per_chip_train_batch(True, 1))],
+                    scratch / f"rehearsal-{cell.id}.json", scratch / "cache", ONE_CHIP)
+    for target in part.values():
+        target["eval_graphs"] = [graph for graph in target["graphs"] if graph["kind"] == "evaluation"]
+        target["eval_compile_seconds"] = round(sum(graph["compile_seconds"] for graph in target["eval_graphs"]), 1)
     return part
 
 

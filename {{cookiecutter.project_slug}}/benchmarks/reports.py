@@ -35,10 +35,14 @@ class View:
 VIEWS = {
     "recompilation: eval batching": View(
         ("eval_batch_size", "last_batch", "padding", "eval_compilations", "graphs_added_over_default",
-         "examples_counted", "eval_set_size"),
+         "examples_counted", "eval_set_size", "tpu_eval_compile_s_v5e_1"),
         "Graphs that each evaluation choice compiles in a run that first trained with batch 16, and how many it "
         "adds over the project's default (eval batch = train batch, last batch padded with masked rows, fixed "
-        "length). Later evaluations compiled nothing in any row.",
+        "length). Later evaluations compiled nothing in any row. The last column is what those evaluation graphs "
+        "cost the TPU's compiler, in seconds on this machine's CPU (plan.py --rehearse of the project's run with the "
+        "row's eval batch size and padding, libtpu for one v5e chip, no TPU; each graph's peak and the v6e figures "
+        "are in results.md's extra_info): the project's run pads its last batch, so the rows that drop it or keep "
+        "it ragged have none. It is rehearsed in the full profile, or where BENCH_TPU=1 asks.",
     ),
     "recompilation: loops": View(
         ("compilations", "recompilations", "compile_seconds", "steady_step_s", "wall_s", "compilations_vs_project",

@@ -4,6 +4,7 @@ as a user writes it and with its TPU settings.
 """
 
 import functools
+import os
 
 import pytest
 
@@ -11,7 +12,7 @@ from {{ cookiecutter.project_slug }}.config import TrainConfig
 from {{ cookiecutter.project_slug }}.data.sources import DEMO_FILES, check_file
 from {{ cookiecutter.project_slug }}.tasks.text_classification import label_checks
 
-from . import grid, isolation, profiles, rounds
+from . import grid, isolation, measure_rehearsal, profiles, rounds
 from .measure_recompilation import (
     accelerate_example_loop,
     eval_cell,
@@ -44,8 +45,13 @@ def cells() -> dict:
     return {}
 
 
+@pytest.fixture(scope="module")
+def tpu_scratch(tmp_path_factory):
+    return tmp_path_factory.mktemp("tpu")
+
+
 @pytest.mark.benchmark(group="recompilation: eval batching")
-def test_eval_cell(benchmark, profile, cell, cells):
+def test_eval_cell(benchmark, profile, cell, cells, tpu_scratch):
     result = benchmark.pedantic(isolation.run, args=(eval_cell, cell, profile), rounds=1, iterations=1)
     cells[cell.id] = result
     default = cells.get(default_cell().id) or cells.setdefault(
@@ -65,6 +71,24 @@ def test_eval_cell(benchmark, profile, cell, cells):
         assert added <= 3, result  # at most one more graph per bucket length (4 buckets)
     else:
         assert added >= 1, result  # a ragged last batch, dynamic padding: new shapes
+    # The same choice as the TPU's compiler sees it: the project's run with the cell's eval batch size and padding
+    # (plan.py --rehearse for one v5e and one v6e chip): the evaluation graphs it compiles, each with its compile
+    # seconds and peak. As many as this cell compiled here.
+    if not (profile.tpu_compiler or os.environ.get("BENCH_TPU") == "1"):
+        benchmark.extra_info["tpu_eval_compile_s_v5e_1"] = "n/a: the full profile or BENCH_TPU=1 rehearses it"
+        return
+    if problem := measure_rehearsal.tpu_problem():
+        benchmark.extra_info["tpu_eval_compile_s_v5e_1"] = f"n/a: {problem}"
+        return
+    part = measure_rehearsal.eval_part(cell, profile, tpu_scratch)
+    benchmark.extra_info["tpu"] = part
+    if "why_none" in part:
+        benchmark.extra_info["tpu_eval_compile_s_v5e_1"] = f"n/a: {part['why_none']}"
+        return
+    benchmark.extra_info["tpu_eval_compile_s_v5e_1"] = part["v5e-1"]["eval_compile_seconds"]
+    for target in part.values():
+        assert len(target["eval_graphs"]) == result["eval_compilations"], (target["eval_graphs"], result)
+        assert all(graph["peak_bytes"] > 0 and graph["compile_seconds"] > 0 for graph in target["eval_graphs"]), target
 
 
 @pytest.fixture(scope="module")

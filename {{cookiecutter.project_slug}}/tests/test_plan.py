@@ -217,10 +217,10 @@ def test_a_kept_rehearsal_of_the_same_recipe_replaces_the_estimate_at_the_start_
     """plan.py --rehearse keeps each slice's answer (planning/rehearsed.py); a run of the same recipe on that slice
     reads it and stops on the TPU compiler's peak, above the chip at all (no margin: not an estimate). Another recipe
     (one more example a chip) or another slice finds none. A device that reports no memory is held to the chip table."""
-    from tpu_text_classifier.config import TrainConfig
-    from tpu_text_classifier.plan_cli import recipe_of, run_model
-    from tpu_text_classifier.planning import estimate, rehearsed, targets
-    from tpu_text_classifier.tasks import task
+    from {{ cookiecutter.project_slug }}.config import TrainConfig
+    from {{ cookiecutter.project_slug }}.plan_cli import recipe_of, run_model
+    from {{ cookiecutter.project_slug }}.planning import estimate, rehearsed, targets
+    from {{ cookiecutter.project_slug }}.tasks import task
 
     config = TrainConfig(model_name_or_path=str(config_folder(tmp_path / "model")))
     recipe = recipe_of(config, task)

@@ -8,8 +8,10 @@ under SPMD, as `python train.py` drives a TPU VM's chips), with three changes, e
 
 - the model is the run's architecture at full size, built from its config with uninitialised weights: no weight is
   read; the weights and moments become placeholders before the first step (xla/rehearsal.py);
-- the data is the shipped demo's text repeated, tokenised by the demo's tokenizer, at the run's shapes (batch sizes,
-  --max_seq_length, --padding): what a graph depends on is the shapes, not the words;
+- the training data is the shipped demo's text repeated, tokenised by the demo's tokenizer, at the run's shapes
+  (batch sizes, --max_seq_length, --padding): what a graph depends on is the shapes, not the words; the evaluation
+  reads the run's own --eval_file where it is a local file (its size and lengths make the eval batches' shapes), else
+  one batch of the demo's;
 - it runs 2 epochs of 2 optimizer steps each and evaluates after each (first steps, the steady step, an evaluation,
   an epoch's end), with no checkpoint and no export: a save only moves data to the host (a real run's graph watch
   counts no graph for it, tests/test_rehearsal.py checks that).
@@ -116,7 +118,8 @@ def summary(graphs: list, usable: int) -> dict:
         "compile_seconds_before_first_step": round(sum(graph["compile_seconds"] for graph in graphs[:first + 1]), 1),
         "compile_seconds_whole_run": round(sum(graph["compile_seconds"] for graph in graphs), 1),
         "staged_with": "the run's flags and code path on XLA:CPU; the weights built from the config, then placeholders; the "
-                       "demo's text at the run's shapes; 2 epochs of 2 steps; no checkpoint or export (plan_rehearsal.py)",
+                       "demo's text at the run's shapes (the evaluation: the run's local --eval_file, else one demo "
+                       "batch); 2 epochs of 2 steps; no checkpoint or export (plan_rehearsal.py)",
     }
 
 

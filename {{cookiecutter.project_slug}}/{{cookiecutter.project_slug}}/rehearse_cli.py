@@ -72,8 +72,11 @@ def main(argv=None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="rehearsal-"))
     global_batch = per_chip * replicas * config.gradient_accumulation_steps
     files = stand_in_data(config, scratch, global_batch, config.eval_batch_size * replicas)
+    # The run's own evaluation rows where it names a local file: their count and lengths decide its last batch and,
+    # with --padding dynamic or buckets, its shapes (each a graph). Else one batch of the demo's.
+    eval_file = config.eval_file if config.eval_file and Path(config.eval_file).is_file() else files["eval"]
     config = replace(
-        config, demo=True, train_file=files["train"], eval_file=files["eval"], train_batch_size=per_chip,
+        config, demo=True, train_file=files["train"], eval_file=eval_file, train_batch_size=per_chip,
         learning_rate=config.learning_rate if config.learning_rate is not None else config.pretrained_learning_rate,
         num_epochs=EPOCHS, max_steps=None, max_train_examples=STEPS_PER_EPOCH * global_batch,
         output_dir=str(scratch / "run"), report=None, checkpoint=False, export=False, report_to="none",
