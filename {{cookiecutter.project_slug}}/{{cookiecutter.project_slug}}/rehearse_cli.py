@@ -31,6 +31,22 @@ def run_model(config, chips: int):
     return model.to_empty(device="cpu") if config.parallelism == "data" and chips == 1 else model
 
 
+def run_tokenizer(config) -> tuple:
+    """(the tokenizer the run would use, which): the model's (its folder's, or the hub's cache), else the demo's trained
+    on the run's own training file, as the run trains it. The rehearsal's data is stand-in text, but a length under
+    --padding dynamic or buckets is the run's tokenizer's, and so is each evaluation shape."""
+    from .data.sources import wants_demo
+    from .data.tokenizer import load_tokenizer
+
+    if not wants_demo(config.data, config.model):
+        try:
+            return load_tokenizer(config.data, config.model, False), "the model's"
+        except Exception as error:  # a folder with the config alone (plan.py reads no weights), or no hub here
+            why = str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__
+            return load_tokenizer(config.data, config.model, True), f"the demo's (the model's could not be read: {why})"
+    return load_tokenizer(config.data, config.model, True), "the demo's"
+
+
 def place_lazily(stage) -> None:
     """A module on the meta device moved to the XLA device is placed by the stage instead (xla/rehearsal.py's
     Stage.placed): no weight is allocated at full size on any device. Accelerate's prepare, the data layout and
@@ -67,6 +83,7 @@ def main(argv=None) -> int:
     from .xla.rehearsal import Stage
 
     config, _ = parse(plan_argv)
+    tokenizer, which_tokenizer = run_tokenizer(config)  # before the stand-in data replaces the run's files
     per_chip = config.train_batch_size or TRAIN_BATCH_SIZE
     replicas = chips  # both layouts over SPMD: the batch split over every chip
     scratch = Path(tempfile.mkdtemp(prefix="rehearsal-"))
@@ -96,11 +113,12 @@ def main(argv=None) -> int:
         context = loop.context
         (folder / "run.json").write_text(json.dumps({
             "step_function": context.step.name, "step_function_why": context.step.why, "layout": context.layout.name,
-            "precision": context.precision.effective}) + "\n")
+            "precision": context.precision.effective, "tokenizer": which_tokenizer}) + "\n")
         # The graphs are all cut: what follows (the report, the export) reads the weights, which are placeholders.
         raise _Staged
 
     fit.Loop.fit = fit_staged
+    fit.task.load_tokenizer = lambda *args, **kwargs: tokenizer  # the task's own import of it (tasks/)
     # What the host reads is zeros (xla/rehearsal.py): an evaluation counted no example, so it has no metrics to print.
     fit.task.summary = lambda evaluation: "evaluation staged"
     try:
