@@ -26,6 +26,7 @@ WHOLE_CONFIG = {
     "rehearse_cli.py": "plan.py --rehearse's staging process: it makes the run's TrainConfig",
     "predict_cli.py": "predict.py's command line: its own PredictConfig, and the bake's TrainConfig defaults",
     "planning/estimate.py": "Recipe.of: a plan's recipe reads the length, the optimizer, precision and checkpointing",
+    "planning/rehearsed.py": "recipe_key: the flags of several groups that change a graph but not the Recipe",
     "tasks/{{ cookiecutter.task | replace('-', '_') }}.py": "the task's contract (tasks/__init__.py): it joins data, model and the run's batches",
 {%- if cookiecutter.task == "causal-lm" %}
     "tasks/samples.py": "the task's after_export: the export's switch and the samples' count",
