@@ -43,8 +43,9 @@ def signature(module_text: str) -> tuple:
 
 @pytest.fixture(scope="module")
 def wide_model(local_model, tmp_path_factory) -> Path:
-    """The demo's model and tokenizer with a vocabulary of 8,192 rows: its embedding and that embedding's moments
-    (2 MiB each) are placeholders in the rehearsal, as every weight matrix of a real model is; the rest stays zeros."""
+    """The demo's model and tokenizer with a vocabulary of 4,096 rows: its embedding, that embedding's moments and
+    gradient (1 MiB each, PLACEHOLDER_BYTES) are placeholders in the rehearsal, as every weight matrix of a real
+    model is; the rest stays zeros."""
     import shutil
 
     import transformers
@@ -54,7 +55,7 @@ def wide_model(local_model, tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("wide-model")
     shutil.copytree(local_model, folder, dirs_exist_ok=True)
     config = transformers.AutoConfig.from_pretrained(local_model)
-    config.vocab_size = 8192
+    config.vocab_size = 4096
     assert config.vocab_size * config.hidden_size * 4 >= PLACEHOLDER_BYTES
     auto = transformers.AutoModelForCausalLM if TASK == "causal-lm" else transformers.AutoModelForSequenceClassification
     auto.from_config(config).save_pretrained(folder)
