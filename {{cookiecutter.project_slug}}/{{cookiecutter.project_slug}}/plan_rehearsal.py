@@ -96,7 +96,7 @@ def rehearse(plan_argv: list, chosen: list, cache: Path, say=print) -> dict:
                 raise RehearsalRefused(f"rehearse for {target.name}: graph {graph['number']} ({graph['kind']}) "
                                       f"does not compile for a TPU: {said}") from error
             compiled.append({**{key: graph[key] for key in ("number", "kind", "batch_shapes", "reached", "file",
-                                                            "hlo_sha256", "unreached_pending", "epoch",
+                                                            "hlo_sha256", "epoch",
                                                             "tpu_lowering_may_differ")},
                              "donor_indices": graph["donors"], **figures})
         results[target.name] = {**summary(compiled, target.chip.usable_hbm_bytes), "graphs_folder": str(folder)}

@@ -57,14 +57,6 @@ def _live_xla_tensors() -> list:
     return found
 
 
-def _unreached(reached: int) -> int:
-    """Pending tensors on the device that Python cannot reach (the run would compute them in this graph too)."""
-    import torch_xla
-
-    device = str(torch_xla.device())
-    return max(0, sum(torch_xla._XLAC._check_device_tensor_need_materialization(device)) - reached)
-
-
 def _placeholder(tensor) -> bool:
     import torch_xla
 

@@ -19,7 +19,8 @@ hash, the rehearsal writes one module per hash and counts how often the run reac
 torch_xla names no upstream way to do this (it has no deviceless TPU path). The calls used, each private:
 _get_graph_hash, _get_xla_tensors_hlo_proto, _get_tensors_xla_device_data_node (the graph's parameters in order, by
 tensor id), _get_xla_tensor_debug_info (a tensor's alias id: the data an in-place update writes over, which torch_xla
-donates), _xla_get_tensor_id, _replace_xla_tensor, _xla_annotate_custom_sharding, _check_device_tensor_need_materialization.
+donates), _xla_get_tensor_id, _replace_xla_tensor, _xla_annotate_custom_sharding, _check_tensor_need_materialization;
+and torch's own _functionalize_commit_update and _functionalize_sync (_settle says why).
 """
 
 import hashlib
@@ -178,7 +179,6 @@ class Stage:
             "donors": [index for index, tensor_id in enumerate(ids)
                        if self._stands_in.get(tensor_id) in computed or tensor_id in written_over],
             "hlo_sha256": hashlib.sha256(proto).hexdigest()[:16],
-            "unreached_pending": live_tensors._unreached(len(pending)),
             "tpu_lowering_may_differ": [name for name, found in TPU_ONLY_LOWERINGS.items() if found.search(ir)],
         }
         self._by_hash[key] = graph
