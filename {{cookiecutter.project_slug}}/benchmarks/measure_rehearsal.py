@@ -9,6 +9,7 @@ config.json: no weight is read.
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 from .profiles import BERT_VOCAB_SIZE, MODEL_SHAPES, Profile
@@ -24,6 +25,14 @@ LEVEL_FLAGS = {
     "pure-bf16-downcast": ("bf16", "downcast"), "pure-bf16-cast": ("bf16", "cast"),
 }
 FIGURES = ("kind", "batch_shapes", "peak_bytes", "bytes_accessed", "flops", "compile_seconds", "program_sha256")
+
+
+def not_rehearsed(profile: Profile) -> str | None:
+    """Why a row gets no TPU part, or None: not asked for (the quick profile rehearses only where BENCH_TPU=1 asks,
+    about a minute a row on two cores), or the plan extra missing."""
+    if not (profile.tpu_compiler or os.environ.get("BENCH_TPU") == "1"):
+        return "the full profile or BENCH_TPU=1 rehearses it"
+    return tpu_problem()
 
 
 def tpu_problem() -> str | None:

@@ -65,11 +65,8 @@ def test_precision_mode(benchmark, profile, precision_runs, tpu_scratch, model_n
     benchmark.extra_info["loss_drift_relative"] = benchmark.extra_info["loss_drift"] / abs(reference["final_loss"])
     # The same level as the TPU's compiler sees it: the project's run with the level's flags, rehearsed (plan.py
     # --rehearse: staged here over 4 devices, compiled by libtpu for 4-chip v5e and v6e slices).
-    if not (profile.tpu_compiler or os.environ.get("BENCH_TPU") == "1"):
-        benchmark.extra_info["tpu_step_v5e_4"] = "n/a: the full profile or BENCH_TPU=1 rehearses it"
-        return
-    if problem := measure_rehearsal.tpu_problem():
-        benchmark.extra_info["tpu_step_v5e_4"] = f"n/a: {problem}"
+    if why := measure_rehearsal.not_rehearsed(profile):
+        benchmark.extra_info["tpu_step_v5e_4"] = f"n/a: {why}"
         return
     part = measure_rehearsal.precision_part(MODES[mode_name].xla_level, model_name, profile, tpu_scratch)
     benchmark.extra_info["tpu"] = part

@@ -4,7 +4,6 @@ as a user writes it and with its TPU settings.
 """
 
 import functools
-import os
 
 import pytest
 
@@ -74,11 +73,8 @@ def test_eval_cell(benchmark, profile, cell, cells, tpu_scratch):
     # The same choice as the TPU's compiler sees it: the project's run with the cell's eval batch size and padding
     # (plan.py --rehearse for one v5e and one v6e chip): the evaluation graphs it compiles, each with its compile
     # seconds and peak. As many as this cell compiled here.
-    if not (profile.tpu_compiler or os.environ.get("BENCH_TPU") == "1"):
-        benchmark.extra_info["tpu_eval_compile_s_v5e_1"] = "n/a: the full profile or BENCH_TPU=1 rehearses it"
-        return
-    if problem := measure_rehearsal.tpu_problem():
-        benchmark.extra_info["tpu_eval_compile_s_v5e_1"] = f"n/a: {problem}"
+    if why := measure_rehearsal.not_rehearsed(profile):
+        benchmark.extra_info["tpu_eval_compile_s_v5e_1"] = f"n/a: {why}"
         return
     part = measure_rehearsal.eval_part(cell, profile, tpu_scratch)
     benchmark.extra_info["tpu"] = part
