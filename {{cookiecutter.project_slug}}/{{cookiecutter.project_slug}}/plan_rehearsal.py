@@ -99,7 +99,10 @@ def rehearse(plan_argv: list, chosen: list, cache: Path, say=print) -> dict:
                                                             "hlo_sha256", "epoch",
                                                             "tpu_lowering_may_differ")},
                              "donor_indices": graph["donors"], **figures})
-        results[target.name] = {**summary(compiled, target.chip.usable_hbm_bytes), "graphs_folder": str(folder)}
+        # What the staged run chose (its step function, layout, precision level, and whose tokenizer made its lengths).
+        staged_run = json.loads((folder / "run.json").read_text()) if (folder / "run.json").is_file() else None
+        results[target.name] = {**summary(compiled, target.chip.usable_hbm_bytes), "graphs_folder": str(folder),
+                                "staged_run": staged_run}
     return results
 
 

@@ -40,10 +40,16 @@ def run_tokenizer(config) -> tuple:
 
     if not wants_demo(config.data, config.model):
         try:
-            return load_tokenizer(config.data, config.model, False), "the model's"
-        except Exception as error:  # a folder with the config alone (plan.py reads no weights), or no hub here
+            tokenizer = load_tokenizer(config.data, config.model, False)
+        except Exception as error:  # no tokenizer files and no hub here
             why = str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__
-            return load_tokenizer(config.data, config.model, True), f"the demo's (the model's could not be read: {why})"
+        else:
+            # transformers makes a tokenizer of its special tokens alone from a folder holding only config.json (a
+            # plan.py model folder): every word one unknown token, no length a run would see.
+            if len(tokenizer) > len(tokenizer.all_special_tokens):
+                return tokenizer, "the model's"
+            why = "it has no vocabulary (no tokenizer files beside the config)"
+        return load_tokenizer(config.data, config.model, True), f"the demo's (the model's could not be read: {why})"
     return load_tokenizer(config.data, config.model, True), "the demo's"
 
 
