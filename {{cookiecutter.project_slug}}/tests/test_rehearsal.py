@@ -79,8 +79,9 @@ def test_the_rehearsal_writes_the_graphs_a_real_run_compiles(tmp_path, wide_mode
     # TPU_ACCELERATOR_TYPE as a v5e-4 TPU VM sets it: the run looks for the rehearsal of its recipe on that slice.
     env = child_env(CPU_NUM_DEVICES="4", TPU_ACCELERATOR_TYPE="v5litepod-4", **cache)
     env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_dump_to={dump}".strip()
-    started = run(python_command(*flags, "--output_dir", str(tmp_path / "run"), "--num_epochs", "2", "--report",
-                                 str(real_report)), env=env)
+    # As the rehearsal stages it (plan_rehearsal.py): 2 epochs of 2 steps (16 examples a step over the 4 devices).
+    started = run(python_command(*flags, "--output_dir", str(tmp_path / "run"), "--num_epochs", "2",
+                                 "--max_train_examples", "32", "--report", str(real_report)), env=env)
     assert "GiB per chip (rehearsed: the TPU compiler's peak, training step, plan.py --rehearse for v5e-4 of " \
         in started.stdout + started.stderr
 
