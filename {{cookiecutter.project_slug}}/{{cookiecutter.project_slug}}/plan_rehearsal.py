@@ -166,8 +166,9 @@ def rehearsal_refusal(report: dict) -> str | None:
     return None
 
 
-def stand_in_data(config, folder: Path, global_batch: int, eval_rows: int) -> dict:
-    """CSV files of the demo's rows repeated: enough for STEPS_PER_EPOCH steps an epoch and one eval batch."""
+def stand_in_data(config, folder: Path, global_batch: int, eval_rows: int, tokenizer) -> dict:
+    """CSV files of the demo's rows repeated: enough for STEPS_PER_EPOCH steps an epoch and one eval batch (a causal
+    LM's blocks counted with the run's `tokenizer`)."""
     from .config.defaults import DEMO_DATA_DIR
 
     files = {}
@@ -176,9 +177,9 @@ def stand_in_data(config, folder: Path, global_batch: int, eval_rows: int) -> di
             rows = list(csv.reader(handle))
         header, body = rows[0], rows[1:]
         if len(header) == 1:  # causal LM: text only, packed into blocks of max_seq_length tokens: enough rows for
-            # `wanted` blocks at 8 characters a token (the demo's tokenizer makes about one token of 5)
-            characters = sum(len(row[0]) + 1 for row in body)
-            wanted = len(body) * (wanted * config.max_seq_length * 8 // characters + 1)
+            # `wanted` blocks, the rows' tokens counted once, with a quarter more for what packing drops
+            tokens = max(1, sum(len(tokenizer(row[0])["input_ids"]) for row in body))
+            wanted = len(body) * (wanted * config.max_seq_length * 5 // (4 * tokens) + 1)
         path = folder / f"{split}.csv"
         with open(path, "w", newline="") as handle:
             writer = csv.writer(handle)
