@@ -8,8 +8,9 @@ under SPMD, as `python train.py` drives a TPU VM's chips), with three changes, e
 
 - the model is the run's architecture at full size, built from its config with uninitialised weights: no weight is
   read; the weights and moments become placeholders before the first step (xla/rehearsal.py);
-- the training data is the shipped demo's text repeated, tokenised by the demo's tokenizer, at the run's shapes
-  (batch sizes, --max_seq_length, --padding): what a graph depends on is the shapes, not the words; the evaluation
+- the training data is the shipped demo's text repeated, tokenised by the run's tokenizer (the model's, else the
+  demo's as the run trains it: rehearse_cli.run_tokenizer), at the run's shapes (batch sizes, --max_seq_length,
+  --padding): what a graph depends on is the shapes, not the words; the evaluation
   reads the run's own --eval_file where it is a local file (its size and lengths make the eval batches' shapes), else
   one batch of the demo's;
 - it runs 2 epochs of 2 optimizer steps each and evaluates after each (first steps, the steady step, an evaluation,
