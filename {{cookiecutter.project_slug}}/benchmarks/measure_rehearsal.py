@@ -59,11 +59,11 @@ def rehearse(folder: Path, argv: list[str], report: Path, cache: Path, targets: 
     """{target: {"graphs": [each graph's figures], "fits": ...}, "step_function": ...} of one rehearsal."""
     run_command("plan.py", ["--model_name_or_path", str(folder), "--tpu", ",".join(targets), "--rehearse",
                             "--compile_cache", str(cache), "--report", str(report), *argv], Path(f"{report}.log"))
-    targets = json.loads(report.read_text())["targets"]
+    planned = json.loads(report.read_text())["targets"]
     return {name: {"fits": target["rehearsal"]["fits"],
                    "graphs_after_the_first_epoch": target["rehearsal"]["graphs_after_the_first_epoch"],
                    "graphs": [{key: graph[key] for key in FIGURES} for graph in target["rehearsal"]["graphs"]]}
-            for name, target in targets.items()}
+            for name, target in planned.items()}
 
 
 def precision_part(level: str, model_name: str, profile: Profile, scratch: Path) -> dict:

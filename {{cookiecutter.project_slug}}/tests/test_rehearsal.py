@@ -4,8 +4,8 @@ Faithful: the graphs the rehearsal writes are the graphs a real run of the same 
 run's own XLA dump: as many, in the same order, each with the same parameters and outputs (shapes, in order) and the
 same donated buffers; and their kinds are the phases the real run's graph watch saw. Over 4 devices, on a narrowed
 model (the demo's, saved with save_pretrained, its vocabulary widened so that some tensors are placeholders): seconds
-a graph. The real run, told it is on the v5e-4 slice just
-rehearsed (TPU_ACCELERATOR_TYPE), starts from the kept rehearsal's peak instead of the estimate.
+a graph. The real run, told it is on the v5e-4 slice just rehearsed (TPU_ACCELERATOR_TYPE), starts from the kept
+rehearsal's peak instead of the estimate.
 
 Each of the four main bakes rehearses one recipe (a real run and a rehearsal cost about a minute), so that together
 they cover every pair of layout, task and step function: the lazy step in the default bake (in float32, whose

@@ -158,10 +158,11 @@ def make_plan(config: TrainConfig, options: PlanOptions, say=print, argv=None) -
                 raise CompileFailed(f"compile for {target.name}: {said}") from error
             with_compiler(report["targets"][target.name], compiled, target.chip)
     if options.rehearse:
-        add_rehearsals(report, chosen, compile_cache(options), list(sys.argv[1:] if argv is None else argv), say)
+        cache = compile_cache(options)
+        add_rehearsals(report, chosen, cache, list(sys.argv[1:] if argv is None else argv), say)
         key = rehearsed.recipe_key(model, recipe, config)  # kept for a run of the same recipe to read at its start
         for target in chosen:
-            rehearsed.record(compile_cache(options), key, target, report["targets"][target.name]["rehearsal"])
+            rehearsed.record(cache, key, target, report["targets"][target.name]["rehearsal"])
     return report
 
 

@@ -84,8 +84,10 @@ def prepare(context: RunContext, model=None) -> Prepared:
     recipe = estimate.Recipe.of(config, batch_size, precision_report.effective, layout.name, task.NAME)
     # plan.py --rehearse's answer for this recipe on this slice, where it kept one: rehearsed as one program over the
     # chips, as a single process (or fsdp's one per host) runs it; Accelerate's process per chip is not rehearsed.
-    rehearsal = rehearsed.lookup(rehearsed.default_cache(), rehearsed.recipe_key(model, recipe, config),
-                                 chip_generation(), replicas) if accelerator.num_processes == 1 or layout.name == "fsdp" else None
+    # Off a TPU VM (no generation) nothing is looked up, and the recipe's hash is not computed.
+    generation = chip_generation() if accelerator.num_processes == 1 or layout.name == "fsdp" else None
+    rehearsal = rehearsed.lookup(rehearsed.default_cache(), rehearsed.recipe_key(model, recipe, config), generation,
+                                 replicas) if generation else None
     line, problem = estimate.check_at_start(model, recipe, replicas, devices.memory_per_chip(accelerator.device), rehearsal)
     say(line)
     if problem:
