@@ -70,6 +70,8 @@ ARCHITECTURES = {
         **TWO_LAYERS, head_dim=32, sliding_window=LENGTH // 2, layer_types=["sliding_attention", "full_attention"],
     )),
     "Phi-3": ("Phi3Config", "Phi3ForCausalLM", _decoder()),
+    # A mixture of experts: two of four experts a token (models/modeling.py: their batched form, fixed shapes).
+    "Mixtral": ("MixtralConfig", "MixtralForCausalLM", _decoder(num_local_experts=4, num_experts_per_tok=2)),
     "GPT-2": ("GPT2Config", "GPT2LMHeadModel", {"n_embd": 64, "n_layer": 1, "n_head": 2, "n_inner": 128,
                                                 "n_positions": 4 * LENGTH}),
 }

@@ -13,7 +13,7 @@ from dataclasses import replace
 from itertools import product
 
 import pytest
-from conftest import python_code, run
+from conftest import TASK, python_code, run
 
 from benchmarks import (
     graph_types,
@@ -26,7 +26,7 @@ from benchmarks import (
     reports,
 )
 from benchmarks.records import Record
-from {{ cookiecutter.project_slug }}.config import PADDING_MODES
+from {{ cookiecutter.project_slug }}.config import DEFAULT_MODEL, PADDING_MODES
 from {{ cookiecutter.project_slug }}.data.batching import LAST_BATCH_POLICIES
 from {{ cookiecutter.project_slug }}.precision.levels import PROMISED_TYPES
 from {{ cookiecutter.project_slug }}.watch import memory
@@ -430,13 +430,19 @@ def test_the_quality_group_runs_in_its_own_profile_and_nowhere_else():
 
 
 def test_the_plan_group_compiles_the_real_size_in_its_own_profile_and_a_narrowed_model_in_the_quick_one():
-    """The default model at its real size (minutes a row) in --bench-profile plan alone: two batch sizes, both layouts,
-    bf16 and float32, LoRA once; make test's quick profile compiles the narrowed model once, sharded over 4 chips."""
+    """--bench-profile plan alone: the default model at its real size (minutes a row), two batch sizes, both layouts,
+    bf16 and float32, LoRA once, the rows the estimate was fitted to; then out-of-sample rows of the task's other
+    architectures (and the length fit, bert-base-cased at 512 tokens, in the classifier's). make test's quick profile
+    compiles the narrowed model once, sharded over 4 chips."""
     plan = collected("plan")
     assert [line.split("[")[1].rstrip("]") for line in plan] == [row.name for row in measure_plan.ROWS]
-    assert len(plan) == 9 and all(line.startswith("benchmarks/test_plan_accuracy.py::") for line in plan)
-    assert {(row.layout, row.precision, row.batch) for row in measure_plan.ROWS if not row.lora_r} == {
+    assert all(line.startswith("benchmarks/test_plan_accuracy.py::") for line in plan)
+    fits = [row for row in measure_plan.ROWS if row.role == "fit" and row.length == 128]
+    assert {(row.layout, row.precision, row.batch) for row in fits if not row.lora_r} == {
         (layout, precision, batch) for layout in ("data", "fsdp") for precision in ("bf16", "no") for batch in (16, 32)}
+    assert len(fits) == 9 and all(row.model == DEFAULT_MODEL for row in fits)
+    checks = [row for row in measure_plan.ROWS if row.role == "check"]
+    assert checks and all(row.task == TASK for row in checks) and len({row.name for row in measure_plan.ROWS}) == len(plan)
     quick = [line for line in collected("quick") if "test_plan_accuracy.py" in line]
     assert [line.split("[")[1].rstrip("]") for line in quick] == ["fsdp-bf16-8x128"]
 

@@ -151,7 +151,7 @@ def test_every_error_the_package_defines_is_a_user_error():
 def test_the_exit_codes_a_scheduler_tells_apart():
     from {{ cookiecutter.project_slug }}.fault_tolerance.loss_guard import NonFiniteLoss
     from {{ cookiecutter.project_slug }}.fault_tolerance.preemption import Preempted
-    from {{ cookiecutter.project_slug }}.plan_cli import CompileFailed
+    from {{ cookiecutter.project_slug }}.plan_compile import CompileFailed
 
     assert (ConfigError.exit_code, Preempted.exit_code, NonFiniteLoss.exit_code, CompileFailed.exit_code) == (2, 75, 3, 1)
     assert (ConfigError.said_as, Preempted.said_as) == ("error", "stopped")

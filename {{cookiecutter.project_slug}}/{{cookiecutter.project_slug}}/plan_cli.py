@@ -14,16 +14,11 @@ from pathlib import Path
 
 from .cli import build_parser, unknown_flag
 from .config import ConfigError, TrainConfig, UserError
-from .plan_compile import compile_for, compiler_problem, with_compiler
+from .models.modeling import check_positions
+from .plan_compile import add_compiles, compiler_problem
 from .plan_rehearsal import add_rehearsals, rehearsal_lines, rehearsal_problem, rehearsal_refusal
-from .planning import estimate, rehearsed, targets
-from .planning.table import table
-
-
-class CompileFailed(UserError, RuntimeError):
-    """The TPU compiler refused the step for a reason other than memory (that one is a figure of the plan)."""
-
-    exit_code = 1  # not bad input (2): the input was fine, the compiler failed
+from .planning import estimate, rehearsed, targets, timing
+from .planning.table import notes, table
 
 
 @dataclass
@@ -38,6 +33,8 @@ class PlanOptions:
                        "to reach (model FLOPs utilisation): the step time the run's hours follow from."})
     train_examples: int | None = field(default=None, metadata={"help": "Training examples in an epoch (causal LM: "
                                        "blocks of max_seq_length tokens). Default: the default data set's."})
+    eval_examples: int | None = field(default=None, metadata={"help": "Examples in an evaluation (causal LM: blocks), "
+                                      "run once an epoch and every --eval_steps. Default: the default data set's."})
     compile: bool = field(default=False, metadata={"help": "Also compile the step for each TPU with its own compiler, "
                           "here, without a TPU (needs the plan extra; minutes a TPU)."})
     rehearse: bool = field(default=False, metadata={"help": "Also stage the run on this machine's XLA:CPU (nothing "
@@ -92,34 +89,57 @@ def compile_cache(options: PlanOptions) -> Path:
     return Path(options.compile_cache) if options.compile_cache else rehearsed.default_cache()
 
 
-def plan_target(model, config, options, recipe, target, train_examples: int) -> dict:
+def plan_target(model, config, options, recipe, target, train_examples: int, eval_examples: int) -> dict:
+    """One slice's column: the estimate per device (a chip; half a TPU7x chip), the step's and the run's time, the cost."""
     from .watch.flops import model_flops_per_token
 
-    chip = target.chip
+    chip, devices = target.chip, target.devices
     usable = chip.usable_hbm_bytes
-    memory = estimate.memory(model, recipe, target.chips, usable)
-    checkpointed = estimate.activations(model, recipe, target.chips, checkpointing=True)
-    flops = model_flops_per_token(model, recipe.length) * recipe.length * recipe.per_chip_batch
-    step_seconds = flops / (chip.peak_bf16_flops * options.mfu)
-    global_batch = recipe.per_chip_batch * target.chips * config.gradient_accumulation_steps
+    memory = estimate.memory(model, recipe, devices, usable)
+    per_token = model_flops_per_token(model, recipe.length)
+    flops = per_token * recipe.length * recipe.per_chip_batch
+    global_batch = recipe.per_chip_batch * devices * config.gradient_accumulation_steps
     steps = math.ceil(train_examples / global_batch) * config.num_epochs
     if config.max_steps:
         steps = min(steps, config.max_steps)
-    hours = steps * config.gradient_accumulation_steps * step_seconds / 3600
     price = options.price_per_chip_hour if options.price_per_chip_hour is not None else chip.price_per_chip_hour
+    fits = None if memory["peak_bytes"] is None else memory["peak_bytes"] <= usable
     return {
-        "chips": target.chips, "usable_hbm_bytes": usable, "hbm_bytes": chip.hbm_bytes,
-        "fits": memory["peak_bytes"] <= usable,
-        "estimate": {**memory, "activations_checkpointed": checkpointed,
-                     "largest_batch": estimate.largest_batch(model, recipe, target.chips, usable)},
-        "step": {"model_flops_per_chip": flops, "mfu": options.mfu, "seconds": step_seconds,
-                 "examples_per_second_per_chip": recipe.per_chip_batch / step_seconds},
-        "run": {"optimizer_steps": steps, "hours": hours, "chip_hours": hours * target.chips,
-                "price_per_chip_hour": price, "cost": hours * target.chips * price,
+        "chips": target.chips, "devices": devices, "chips_per_host": target.chips_per_host,
+        "usable_hbm_bytes": usable, "hbm_bytes": chip.hbm_bytes, "fits": fits,
+        "estimate": {**memory, "activations_checkpointed": None if fits is None else
+                     estimate.activations(model, recipe, devices, checkpointing=True),
+                     "largest_batch": estimate.largest_batch(model, recipe, devices, usable)},
+        "step": timing.step(flops, estimate.step_bytes(memory["parts"]), chip, options.mfu),
+        # A forward pass: a third of a step's FLOPs a token (2N + 4LHQT of 6N + 12LHQT), the weights read once a batch.
+        "evaluation": timing.evaluation(per_token * recipe.length / 3, memory["parts"]["weights"], chip, options.mfu,
+                                        eval_examples, config.eval_batch_size, devices),
+        "run": {"optimizer_steps": steps, "evaluations": config.num_epochs + (steps // config.eval_steps
+                                                                             if config.eval_steps else 0),
+                "price_per_chip_hour": price,
                 "price_source": "--price_per_chip_hour" if options.price_per_chip_hour is not None else
-                f"on-demand list price, {chip.price_region}, read {targets.PRICES_READ}"},
-        "compiler": None,
+                f"on-demand list price, {chip.price_region}, read {targets.PRICES_READ}" if price is not None else
+                f"{chip.price_region}: give --price_per_chip_hour"},
+        "compiler": None, "compiler_why": chip.no_compiler,
     }
+
+
+def run_time(config, plan: dict) -> None:
+    """The slice's run: hours from its step, evaluations and compiles (the TPU compiler's or a rehearsal's seconds where
+    known, else assumed), chip-hours and cost."""
+    run, compiled, rehearsal = plan["run"], plan["compiler"], plan.get("rehearsal")
+    if rehearsal:
+        seconds, source = rehearsal["compile_seconds_whole_run"], "the rehearsal's graphs on the TPU compiler"
+    elif compiled:
+        seconds, source = 2 * compiled["compile_seconds"], ("the TPU compiler's for the training step, twice: the "
+                                                            "evaluation's graph assumed to take as long")
+    else:
+        seconds, source = 2 * timing.ASSUMED_COMPILE_SECONDS, (f"assumed: {timing.ASSUMED_COMPILE_SECONDS} s a graph, "
+                                                               "the training step's and the evaluation's")
+    run.update(timing.run(run["optimizer_steps"], config.gradient_accumulation_steps, plan["step"]["seconds"],
+                          run["evaluations"], plan["evaluation"]["seconds"], seconds, source))
+    run["chip_hours"] = run["hours"] * plan["chips"]
+    run["cost"] = None if run["price_per_chip_hour"] is None else run["chip_hours"] * run["price_per_chip_hour"]
 
 
 def make_plan(config: TrainConfig, options: PlanOptions, say=print, argv=None) -> dict:
@@ -129,6 +149,9 @@ def make_plan(config: TrainConfig, options: PlanOptions, say=print, argv=None) -
     recipe = recipe_of(config, task)
     if options.mfu <= 0 or options.mfu > 1:
         raise ConfigError(f"mfu={options.mfu}: a share of the chip's peak, above 0 and at most 1")
+    for name in ("train_examples", "eval_examples"):
+        if getattr(options, name) is not None and getattr(options, name) < 1:
+            raise ConfigError(f"{name}={getattr(options, name)}: a number of examples, at least 1")
     if options.compile_cache and Path(options.compile_cache).exists() and not Path(options.compile_cache).is_dir():
         raise ConfigError(f"compile_cache={options.compile_cache}: not a folder")
     if options.compile and (problem := compiler_problem(config)):
@@ -136,33 +159,31 @@ def make_plan(config: TrainConfig, options: PlanOptions, say=print, argv=None) -
     if options.rehearse and (problem := rehearsal_problem()):
         raise ConfigError(problem)
     model = run_model(config, recipe)
+    check_positions(model, recipe.length)  # past the model's positions: one line, before any figure or compile
     train_examples = options.train_examples or task.default_train_examples(recipe.length)
+    eval_examples = options.eval_examples or task.default_eval_examples(recipe.length)
     report = {
         "model": config.model_name_or_path, "task": task.NAME,
         "recipe": {**vars(recipe), "gradient_accumulation_steps": config.gradient_accumulation_steps,
                    "lora_r": config.lora_r, "num_epochs": config.num_epochs, "max_steps": config.max_steps,
-                   "train_examples": train_examples, "mfu": options.mfu},
+                   "train_examples": train_examples, "eval_examples": eval_examples,
+                   "eval_batch_size": config.eval_batch_size, "eval_steps": config.eval_steps, "mfu": options.mfu},
         "targets": {},
     }
     for target in chosen:
-        report["targets"][target.name] = plan_target(model, config, options, recipe, target, train_examples)
+        report["targets"][target.name] = plan_target(model, config, options, recipe, target, train_examples,
+                                                     eval_examples)
+    compilable = [target for target in chosen if not target.chip.no_compiler]  # the others' columns say why
     if options.compile:
+        add_compiles(report, compilable, model, config, recipe, compile_cache(options), say)
+    if options.rehearse and compilable:
         cache = compile_cache(options)
-        for target in chosen:
-            say(f"compiling the step for {target.name} ({target.topology()[0]}) with the TPU's compiler "
-                f"(answers kept in {cache})...")
-            try:
-                compiled = compile_for(model, config, recipe, target, cache)
-            except Exception as error:  # anything but "does not fit" (a figure, not an error): the compiler's words
-                said = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
-                raise CompileFailed(f"compile for {target.name}: {said}") from error
-            with_compiler(report["targets"][target.name], compiled, target.chip)
-    if options.rehearse:
-        cache = compile_cache(options)
-        add_rehearsals(report, chosen, cache, list(sys.argv[1:] if argv is None else argv), say)
+        add_rehearsals(report, compilable, cache, list(sys.argv[1:] if argv is None else argv), say)
         key = rehearsed.recipe_key(model, recipe, config)  # kept for a run of the same recipe to read at its start
-        for target in chosen:
+        for target in compilable:
             rehearsed.record(cache, key, target, report["targets"][target.name]["rehearsal"])
+    for target in report["targets"].values():
+        run_time(config, target)
     return report
 
 
@@ -174,11 +195,11 @@ def main(argv=None) -> int:
         print(f"{error.said_as}: {error}", file=sys.stderr)
         raise SystemExit(error.exit_code) from None
     recipe = report["recipe"]
-    print(f"Plan: {report['model']} ({report['task']}), {recipe['per_chip_batch']} x {recipe['length']} per chip, "
+    print(f"Plan: {report['model']} ({report['task']}), {recipe['per_chip_batch']} x {recipe['length']} per device, "
           f"{recipe['level']}, {recipe['layout']} layout, {recipe['optimizer']}, "
           f"{recipe['train_examples']} examples x {recipe['num_epochs']} epochs")
     print(table(report))
-    for line in rehearsal_lines(report):
+    for line in notes(report, options.compile or options.rehearse) + rehearsal_lines(report):
         print(line)
     if config.report:
         Path(config.report).write_text(json.dumps(report, indent=2) + "\n")

@@ -3,8 +3,14 @@ beside the estimate."""
 
 from pathlib import Path
 
-from .config import TrainConfig, step_function
-from .planning import estimate
+from .config import TrainConfig, UserError, step_function
+from .planning import estimate, rehearsed, timing
+
+
+class CompileFailed(UserError, RuntimeError):
+    """The TPU compiler refused the step for a reason other than memory (that one is a figure of the plan)."""
+
+    exit_code = 1  # not bad input (2): the input was fine, the compiler failed
 
 
 def compiler_problem(config: TrainConfig) -> str | None:
@@ -20,6 +26,24 @@ def compiler_problem(config: TrainConfig) -> str | None:
     if "optim" in lacks:
         return "compile: the whole-step function steps the default AdamW only (--optim adamw, no --kahan_summation)"
     return None
+
+
+def add_compiles(report: dict, chosen: list, model, config: TrainConfig, recipe: estimate.Recipe, cache: Path,
+                 say=print) -> None:
+    """Each target's `compiler` part in the plan's report, its step's time from the compiler's roofline; the data
+    layout's answer kept for a run of the same recipe (planning/rehearsed.py)."""
+    for target in chosen:
+        say(f"compiling the step for {target.name} ({target.topology()[0]}) with the TPU's compiler "
+            f"(answers kept in {cache})...")
+        try:
+            compiled = compile_for(model, config, recipe, target, cache)
+        except Exception as error:  # anything but "does not fit" (a figure, not an error): the compiler's words
+            said = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
+            raise CompileFailed(f"compile for {target.name}: {said}") from error
+        with_compiler(report["targets"][target.name], compiled, target.chip)
+        if recipe.layout == "data" and config.step_function != "lazy":
+            rehearsed.record_compiled(cache, rehearsed.recipe_key(model, recipe, config), target,
+                                      report["targets"][target.name]["compiler"])
 
 
 def compile_for(model, config: TrainConfig, recipe: estimate.Recipe, target, cache: Path) -> dict:
@@ -54,6 +78,10 @@ def with_compiler(plan: dict, compiled: dict, chip) -> dict:
     roofline = trips * max(compiled["flops"] / chip.peak_bf16_flops, compiled["bytes_accessed"] / chip.hbm_bytes_per_second) \
         if compiled["flops"] is not None else None
     fits = compiled["peak_bytes"] <= plan["usable_hbm_bytes"] if compiled["fits"] is None else compiled["fits"]
+    estimated = plan["estimate"]["peak_bytes"]
     plan["compiler"] = {**compiled, "fits": fits, "roofline_step_seconds": roofline,
-                        "estimate_over_compiler": plan["estimate"]["peak_bytes"] / compiled["peak_bytes"]}
+                        "estimate_over_compiler": None if estimated is None else estimated / compiled["peak_bytes"]}
+    if roofline is not None:  # the step's time: the slower of the MFU time and the compiler's roofline
+        step = plan["step"]
+        plan["step"] = timing.step(step["model_flops_per_chip"], None, chip, step["mfu"], roofline)
     return plan

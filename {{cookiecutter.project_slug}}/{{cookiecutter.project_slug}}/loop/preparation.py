@@ -17,7 +17,7 @@ from ..data.preparation import timed
 from ..launch.main_process import main_process_first
 from ..models import lora
 from ..models.modeling import check_positions, make_graph_friendly
-from ..planning import estimate, rehearsed
+from ..planning import estimate, rehearsed, start_check
 from ..precision import bf16_updates
 from ..precision import levels as precision
 from ..tasks import task
@@ -88,8 +88,10 @@ def prepare(context: RunContext, model=None) -> Prepared:
     generation = chip_generation() if accelerator.num_processes == 1 or layout.name == "fsdp" else None
     rehearsal = rehearsed.lookup(rehearsed.default_cache(), rehearsed.recipe_key(model, recipe, config), generation,
                                  replicas) if generation else None
-    line, problem = estimate.check_at_start(model, recipe, replicas, devices.memory_per_chip(accelerator.device), rehearsal)
-    say(line)
+    lines, problem = start_check.check_at_start(model, recipe, replicas, devices.memory_per_chip(accelerator.device),
+                                                rehearsal)
+    for line in lines:
+        say(line)
     if problem:
         raise ConfigError(problem)
     model = layout.wrap(precision.apply_to_model(model, precision_report, accelerator.device))

@@ -42,6 +42,11 @@ def make_graph_friendly(model):
 
     And tied weights that stay tied on the device (_keep_tied_weights_tied).
 
+    And a mixture of experts' experts as batched matrix products: transformers 5 runs them by default through
+    torch._grouped_mm (experts_implementation "grouped_mm"), which has no XLA lowering ("Operator with name
+    aten::_grouped_mm has no lowering", plan.py --compile on Mixtral), and its "eager" form loops over the experts each
+    token picked, a shape that changes every batch; "batched_mm" gathers each token's experts: fixed shapes.
+
     And, where torch_xla is installed, transformers' hub kernels off (xla/hub_kernels.py): from transformers 5.25 a
     pretrained model's first train() on XLA fails in them.
     """
@@ -54,6 +59,8 @@ def make_graph_friendly(model):
     if type(model).__name__.endswith("ForSequenceClassification") and model.config.num_labels > 1:
         model.config.problem_type = model.config.problem_type or "single_label_classification"
     _keep_tied_weights_tied(model)
+    if hasattr(model, "get_experts_implementation") and "grouped_mm" in str(model.get_experts_implementation()):
+        model.set_experts_implementation("batched_mm")
     return model
 
 

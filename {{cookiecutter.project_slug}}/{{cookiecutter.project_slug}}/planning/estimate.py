@@ -15,7 +15,7 @@ activations, through the origin; its gradients (1.84 GiB) never showed.
 """
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 # Bytes the backward pass finds kept, per layer and token: PER_WIDTH x (hidden + feed-forward width), by compute
 # dtype; with dropout, DROPOUT_BYTES x (heads x length + hidden) more for its masks; and per logit of a language
@@ -36,6 +36,12 @@ FSDP_DROPOUT_COPIES = 1.45
 # count above gives 15.4), at 64 x 128 it needed 19.98 GiB (the count: 25.3 GiB, 27 % of the activations less).
 REMAT_TARGET = 0.8
 REMAT_SHARE = 0.27
+# Attention's scores grow with the length squared: per layer, token and head, SCORE_BYTES for each position of the
+# sequence past FITTED_LENGTH (the coefficients above were fitted at 128 tokens, where the scores are in PER_WIDTH's
+# share). Fitted to one row, bert-base-cased at 8 x 512 on a v5e chip (benchmarks/measure_plan.py's LENGTH_FIT: the
+# estimate without it was 0.85 of the compiler's peak); checked on the matrix's other lengths (docs/plan.md).
+SCORE_BYTES = 3.2
+FITTED_LENGTH = 128
 
 
 @dataclass(frozen=True)
@@ -112,7 +118,8 @@ def activation_bytes(model_config, recipe: Recipe, chips: int = 1, per_chip_batc
     masks = DROPOUT_BYTES * (heads * recipe.length + hidden) if has_dropout(model_config) else 0
     if recipe.layout == "fsdp" and chips > 1:
         masks *= 1 + FSDP_DROPOUT_COPIES
-    layer = tokens * (PER_WIDTH[recipe.compute] * (hidden + feed_forward) + masks)
+    scores = SCORE_BYTES * heads * (recipe.length - FITTED_LENGTH)
+    layer = tokens * max(PER_WIDTH[recipe.compute] * (hidden + feed_forward) + masks + scores, 0)
     # Checkpointed: each layer's input (the residual stream, float32 unless the weights are bf16) and one layer.
     kept = layers * layer if not checkpointing else layers * tokens * hidden * recipe.weight_bytes + layer
     logits = tokens * model_config.vocab_size * LOGIT_BYTES[recipe.compute] if recipe.causal_lm else 0
@@ -131,11 +138,31 @@ def activations(model, recipe: Recipe, chips: int, checkpointing: bool | None = 
     return activation_bytes(model.config, recipe, chips, checkpointing=checkpointing) + gathered_bytes(model, recipe, chips)
 
 
+def no_formula(model_config) -> str | None:
+    """Why the activation formula does not cover this architecture, or None where it does: it counts an encoder's or
+    a decoder's stack of attention and feed-forward layers (hidden_size, num_hidden_layers, num_attention_heads in
+    its config), not an encoder-decoder's two stacks nor a mixture of experts' routed ones."""
+    model_config = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
+    kind = getattr(model_config, "model_type", None) or type(model_config).__name__
+    if getattr(model_config, "is_encoder_decoder", False):
+        return f"{kind} is an encoder-decoder, which the estimate has no formula for: compile to know (--compile)"
+    if any(getattr(model_config, name, None) for name in ("num_experts", "num_local_experts", "n_routed_experts")):
+        return f"{kind} is a mixture of experts, which the estimate has no formula for: compile to know (--compile)"
+    missing = [name for name in ("hidden_size", "num_hidden_layers", "num_attention_heads")
+               if not isinstance(getattr(model_config, name, None), int)]
+    if missing:
+        return f"{kind}'s config names no {', '.join(missing)}, which the estimate counts by: compile to know (--compile)"
+    return None
+
+
 def memory(model, recipe: Recipe, chips: int, usable_bytes: int | None = None) -> dict:
     """{"peak_bytes", "parts", "recomputed"}: the estimate of a step's peak per chip and what it is made of. The weights
     and the optimizer state are there throughout; the activations and the full set of gradients each at their own
-    moment. On a chip of `usable_bytes`, near its capacity, less: the compiler recomputes activations (REMAT_*)."""
+    moment. On a chip of `usable_bytes`, near its capacity, less: the compiler recomputes activations (REMAT_*).
+    Where the formula has nothing to count by (no_formula), the peak is None and "why" says so; the state is exact."""
     parts = state_bytes(model, recipe, chips)
+    if why := no_formula(model.config):
+        return {"peak_bytes": None, "why": why, "parts": {**parts, "activations": None}, "recomputed": None}
     parts["activations"] = activations(model, recipe, chips)
     state = parts["weights"] + parts["optimizer_state"]
     kept = state + max(parts["gradients"], parts["activations"])
@@ -146,9 +173,19 @@ def memory(model, recipe: Recipe, chips: int, usable_bytes: int | None = None) -
     return {"peak_bytes": peak, "parts": parts, "recomputed": kept - peak}
 
 
-def largest_batch(model, recipe: Recipe, chips: int, usable_bytes: int) -> int:
+def step_bytes(parts: dict) -> int | None:
+    """The bytes a step moves through HBM at the least, counted: the weights, gradients, optimizer state and activations
+    each written once and read once (a roofline's bytes where the compiler's are not known)."""
+    if parts["activations"] is None:
+        return None
+    return 2 * (parts["weights"] + parts["gradients"] + parts["optimizer_state"] + parts["activations"])
+
+
+def largest_batch(model, recipe: Recipe, chips: int, usable_bytes: int) -> int | None:
     """The largest per-chip batch whose estimate fits in `usable_bytes` (0: not even one example): its activations,
-    less what the compiler may recompute, beside the state."""
+    less what the compiler may recompute, beside the state. None where the formula has nothing to count by."""
+    if no_formula(model.config):
+        return None
     state = state_bytes(model, recipe, chips)
     room = usable_bytes - state["weights"] - state["optimizer_state"]
     if room < state["gradients"]:
@@ -156,55 +193,3 @@ def largest_batch(model, recipe: Recipe, chips: int, usable_bytes: int) -> int:
     # memory(): at the least, (activations(batch) + gathered) x (1 - REMAT_SHARE) beside the state.
     one = activation_bytes(model.config, recipe, chips, per_chip_batch=1)
     return max(0, int((room / (1 - REMAT_SHARE) - gathered_bytes(model, recipe, chips)) // max(one, 1)))
-
-
-# The error the benchmark group "plan against the TPU compiler" holds the estimate to on every row (its largest there,
-# measured 2026-12-06: docs/plan.md): a run stops before compiling only when its estimate exceeds the
-# chip by more than this.
-MEASURED_ERROR = 0.15
-
-
-def check_at_start(model, recipe: Recipe, chips: int, device_bytes: int | None,
-                   rehearsed: dict | None = None) -> tuple[str, str | None]:
-    """(the line a run prints before it compiles, why it must stop or None).
-
-    It stops when the estimate exceeds the chip's memory by more than MEASURED_ERROR, naming what would fit; or, where
-    plan.py --rehearse kept this recipe's rehearsal for this slice (planning/rehearsed.py), when the TPU compiler's peak
-    exceeds it at all (the compiler's answer, not an estimate). A device that reports no memory is then held to the
-    chip table's usable HBM for the rehearsed generation.
-    """
-    from .targets import CHIPS, GIB
-
-    offers = "the device offers"
-    if rehearsed is not None:
-        peak = rehearsed["largest_peak_bytes"]
-        if device_bytes is None:
-            device_bytes = CHIPS[rehearsed["generation"]].usable_hbm_bytes
-            offers = f"a {rehearsed['generation']} chip offers a program (the chip table: this device reports none)"
-        margin, what = 0.0, (f"rehearsed: the TPU compiler's peak, {rehearsed['largest']}, plan.py --rehearse for "
-                             f"{rehearsed['target']} of {rehearsed['rehearsed_on']}")
-    elif device_bytes is None:
-        peak = memory(model, recipe, chips)["peak_bytes"]
-        return f"plan: {peak / GIB:.2f} GiB per chip (estimate; this device reports no memory to check it against)", None
-    else:
-        peak, margin, what = memory(model, recipe, chips, device_bytes)["peak_bytes"], MEASURED_ERROR, "estimate"
-    line = f"plan: {peak / GIB:.2f} GiB per chip ({what}) of the {device_bytes / GIB:.2f} GiB {offers}"
-    if peak <= device_bytes * (1 + margin):
-        return line, None
-    would_fit = []
-    batch = largest_batch(model, recipe, chips, device_bytes)
-    if batch:
-        would_fit.append(f"--train_batch_size {batch}")
-    if recipe.layout == "data" and chips > 1 and \
-            memory(model, replace(recipe, layout="fsdp"), chips, device_bytes)["peak_bytes"] <= device_bytes:
-        would_fit.append("--parallelism fsdp")
-    if not recipe.gradient_checkpointing and \
-            memory(model, replace(recipe, gradient_checkpointing=True), chips, device_bytes)["peak_bytes"] <= device_bytes:
-        would_fit.append("--gradient_checkpointing")
-    larger = [chip.generation for chip in CHIPS.values() if chip.usable_hbm_bytes >= peak]
-    if larger:
-        would_fit.append(f"a chip with more memory ({', '.join(larger)})")
-    return line, (f"train_batch_size={recipe.per_chip_batch}: the step needs {'' if rehearsed else 'about '}"
-                  f"{peak / GIB:.2f} GiB per chip{' (rehearsed)' if rehearsed else ''}, "
-                  f"more than the {device_bytes / GIB:.2f} GiB this device offers (python plan.py --help); "
-                  f"what would fit: {'; '.join(would_fit) or 'a smaller model'}")

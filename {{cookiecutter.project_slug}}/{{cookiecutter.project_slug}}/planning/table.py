@@ -1,10 +1,15 @@
-"""plan.py's table: a row per figure, a column per TPU slice, from the plan's report (plan_cli.make_plan)."""
+"""plan.py's table: a row per figure, a column per TPU slice, from the plan's report (plan_cli.make_plan). Figures are
+per device: a chip, or half a TPU7x chip (each of its chips is two devices)."""
 
 from .targets import GIB
 
 
 def gib(value) -> str:
-    return f"{value / GIB:.2f} GiB"
+    return "-" if value is None else f"{value / GIB:.2f} GiB"
+
+
+def duration(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.0f} s" if seconds < 3600 else f"{seconds / 3600:.3g} h"
 
 
 def table(report: dict) -> str:
@@ -15,34 +20,62 @@ def table(report: dict) -> str:
         rows.append((label, [value(report["targets"][name]) for name in names]))
 
     recipe = report["recipe"]
-    row("usable HBM per chip", lambda t: gib(t["usable_hbm_bytes"]))
+    row("chips (devices)", lambda t: str(t["chips"]) + (f" ({t['devices']})" if t["devices"] != t["chips"] else ""))
+    row("chips per host", lambda t: str(t["chips_per_host"]))
+    row("usable HBM per device", lambda t: gib(t["usable_hbm_bytes"]))
     for part in ("weights", "gradients", "optimizer_state", "activations"):
         row(f"  {part.replace('_', ' ')}", lambda t, part=part: gib(t["estimate"]["parts"][part]))
     row("  activations, checkpointed", lambda t: gib(t["estimate"]["activations_checkpointed"]))
     row("  recomputed near capacity", lambda t: gib(t["estimate"]["recomputed"]))
-    row("peak per chip (estimate)", lambda t: gib(t["estimate"]["peak_bytes"]))
-    row("fits", lambda t: "yes" if t["fits"] else "NO")
-    row("largest batch per chip", lambda t: str(t["estimate"]["largest_batch"]))
-    row("step FLOPs per chip", lambda t: f"{t['step']['model_flops_per_chip']:.3g}")
-    row(f"step time at {recipe['mfu']:.0%} MFU", lambda t: f"{t['step']['seconds'] * 1e3:.1f} ms")
-    row("examples/s per chip", lambda t: f"{t['step']['examples_per_second_per_chip']:.0f}")
+    row("peak per device (estimate)", lambda t: gib(t["estimate"]["peak_bytes"]) if t["estimate"]["peak_bytes"] is not None
+        else "no formula")
+    row("fits", lambda t: "compile to know" if t["fits"] is None else "yes" if t["fits"] else "NO")
+    row("largest batch per device", lambda t: "-" if t["estimate"]["largest_batch"] is None
+        else str(t["estimate"]["largest_batch"]))
+    row("step FLOPs per device", lambda t: f"{t['step']['model_flops_per_chip']:.3g}")
+    row(f"step time at {recipe['mfu']:.0%} MFU", lambda t: duration(t["step"]["mfu_seconds"]))
+    row("roofline step time", lambda t: duration(t["step"]["roofline_seconds"]) +
+        (" (compiler)" if "compiler" in t["step"]["roofline_from"] else ""))
+    row("step time (the slower)", lambda t: duration(t["step"]["seconds"]))
+    row("examples/s per device", lambda t: f"{recipe['per_chip_batch'] / t['step']['seconds']:.0f}")
     row("optimizer steps", lambda t: str(t["run"]["optimizer_steps"]))
+    row("evaluations", lambda t: f"{t['run']['evaluations']} x {duration(t['evaluation']['seconds'])}")
+    row("  training", lambda t: duration(t["run"]["training_seconds"]))
+    row("  evaluating", lambda t: duration(t["run"]["evaluation_seconds"]))
+    row("  compiling" + (" (assumed)" if any("assumed" in report["targets"][name]["run"]["compile_from"]
+                                              for name in names) else ""),
+        lambda t: duration(t["run"]["compile_seconds"]))
     row("run hours", lambda t: f"{t['run']['hours']:.3g}")
     row("chip-hours", lambda t: f"{t['run']['chip_hours']:.3g}")
-    row("cost, USD", lambda t: f"{t['run']['cost']:.3g} at {t['run']['price_per_chip_hour']:.2f}")
+    row("cost, USD", lambda t: "- (no price)" if t["run"]["cost"] is None
+        else f"{t['run']['cost']:.3g} at {t['run']['price_per_chip_hour']:.2f}")
     if any(report["targets"][name]["compiler"] for name in names):
         compiled = lambda key, show: lambda t: show(t["compiler"][key]) if t["compiler"] else "-"  # noqa: E731
-        row("compiler: peak per chip", compiled("peak_bytes", gib))
+        row("compiler: peak per device", compiled("peak_bytes", gib))
         for part in ("arguments", "outputs", "temporaries", "code", "aliased"):
             row(f"  {part}", lambda t, part=part: gib(t["compiler"]["parts"][part])
                 if t["compiler"] and part in t["compiler"]["parts"] else "-")
         row("compiler: fits", compiled("fits", lambda fits: "yes" if fits else "NO"))
-        row("estimate / compiler", compiled("estimate_over_compiler", lambda ratio: f"{ratio:.2f}"))
-        row("compiler FLOPs per chip", compiled("flops", lambda flops: f"{flops:.3g}" if flops else "-"))
-        row("roofline step time", compiled("roofline_step_seconds",
-                                           lambda seconds: f"{seconds * 1e3:.1f} ms" if seconds else "-"))
+        row("estimate / compiler", compiled("estimate_over_compiler", lambda ratio: "-" if ratio is None
+                                            else f"{ratio:.2f}"))
+        row("compiler FLOPs per device", compiled("flops", lambda flops: f"{flops:.3g}" if flops else "-"))
         row("compile seconds", compiled("compile_seconds", lambda seconds: f"{seconds:.0f}"))
     width = max(len(label) for label, _ in rows)
     columns = [max(len(values[index]) for _, values in rows) for index in range(len(names))]
     return "\n".join(f"{label:<{width}}  " + "  ".join(f"{value:>{columns[i]}}" for i, value in enumerate(values))
                      for label, values in rows)
+
+
+def notes(report: dict, compiled: bool) -> list[str]:
+    """The lines under the table: why a figure is missing, and where the time's bounds come from (each said once, with
+    the slices it holds for)."""
+    lines, said = [], {}
+    for name, target in report["targets"].items():
+        if target["estimate"]["peak_bytes"] is None:
+            lines.append(f"{name}: no estimate of the peak: {target['estimate']['why']}")
+        if compiled and target["compiler_why"]:
+            lines.append(f"{name}: the TPU compiler here cannot answer: {target['compiler_why']}")
+        for note in (f"step time bound by the {target['step']['bound']}", f"roofline from {target['step']['roofline_from']}",
+                     f"compile seconds {target['run']['compile_from']}"):
+            said.setdefault(note, []).append(name)
+    return lines + [f"{note} ({', '.join(names)})" for note, names in said.items()]

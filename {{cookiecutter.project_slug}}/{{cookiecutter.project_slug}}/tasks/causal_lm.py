@@ -171,6 +171,12 @@ def default_train_examples(max_seq_length: int) -> int:
     return 2_400_000 // max_seq_length
 
 
+def default_eval_examples(max_seq_length: int) -> int:
+    """The default data set's evaluation blocks: WikiText-2's validation split, about 246,000 tokens in GPT-2's BPE
+    (run_clm makes 240 blocks of 1,024)."""
+    return max(1, 246_000 // max_seq_length)
+
+
 def eval_batch(model, batch, valid, metric_dtype) -> dict:
     """One batch's COUNTS by name, on the device: blocks, predicted tokens, their loss in fixed point, non-finite ones.
     Each token's loss is rounded to fixed_point's units before the sum, so that the sum over thousands of

@@ -168,6 +168,11 @@ def default_train_examples(max_seq_length: int) -> int:
     return 3668
 
 
+def default_eval_examples(max_seq_length: int) -> int:
+    """The default data set's evaluation examples (GLUE MRPC's validation split): plan.py's evaluation time."""
+    return 408
+
+
 def eval_batch(model, batch, valid, metric_dtype) -> dict:
     """One batch's COUNTS (int64 sums) and SCORES (a row per example), by name, on the device. Each example's loss
     is computed in `metric_dtype` and rounded to fixed_point's units before the sum, so the sum is exact in every

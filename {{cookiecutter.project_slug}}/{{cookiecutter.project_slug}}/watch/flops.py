@@ -16,10 +16,10 @@ import torch
 
 from ..planning.targets import CHIPS
 
-# Peak dense bf16 FLOP/s of one chip: the plan's table of each generation (planning/targets.py, from Google's pages).
+# Peak dense bf16 FLOP/s of one device (a chip; half a TPU7x chip): the plan's table of each generation (planning/targets.py).
 # A TPU VM says its type in TPU_ACCELERATOR_TYPE (v5litepod-8).
 PEAK_BF16_FLOPS = {generation: chip.peak_bf16_flops for generation, chip in CHIPS.items()}
-TYPE_PREFIXES = (("v5litepod", "v5e"), ("v5e", "v5e"), ("v5p", "v5p"), ("v6e", "v6e"), ("v4", "v4"))
+TYPE_PREFIXES = (("v5litepod", "v5e"), ("v5e", "v5e"), ("v5p", "v5p"), ("v6e", "v6e"), ("v4", "v4"), ("tpu7x", "tpu7x"))
 
 
 def model_flops_per_token(model, sequence_length: int) -> int:
@@ -43,7 +43,7 @@ def model_flops_per_token(model, sequence_length: int) -> int:
 
 
 def chip_generation() -> str | None:
-    """v4, v5e, v5p or v6e from TPU_ACCELERATOR_TYPE; None elsewhere (or for a type not in the table)."""
+    """v4, v5e, v5p, v6e or tpu7x from TPU_ACCELERATOR_TYPE; None elsewhere (or for a type not in the table)."""
     accelerator = os.environ.get("TPU_ACCELERATOR_TYPE", "").lower()
     return next((generation for prefix, generation in TYPE_PREFIXES if accelerator.startswith(prefix)), None)
 
