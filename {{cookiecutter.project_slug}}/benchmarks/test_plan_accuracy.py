@@ -10,7 +10,9 @@ compiler's own padding and code, so its ratio is recorded, not held to the targe
 """
 
 import datetime
+import os
 import platform
+from importlib.metadata import version
 
 import pytest
 
@@ -52,6 +54,6 @@ def test_plan_against_the_tpu_compiler(benchmark, profile, row, tmp_path, pytest
     assert result["compiler_peak_gib"] > 0 and result["compile_seconds"] > 0
     if real:
         keep(results_folder(pytestconfig) / RESULTS_NAME, row.name, result, datetime.date.today().isoformat(),
-             f"{platform.machine()}, {profile.name} profile")
+             f"{platform.machine()}, {os.cpu_count()} cores, libtpu {version('libtpu')}")
         missed = within(result)
         assert missed is None, f"{row.name} ({row.role}): {missed}"

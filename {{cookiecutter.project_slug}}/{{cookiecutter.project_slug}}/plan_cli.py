@@ -99,9 +99,11 @@ def plan_target(model, config, options, recipe, target, train_examples: int, eva
     per_token = model_flops_per_token(model, recipe.length)
     flops = per_token * recipe.length * recipe.per_chip_batch
     global_batch = recipe.per_chip_batch * devices * config.gradient_accumulation_steps
-    steps = math.ceil(train_examples / global_batch) * config.num_epochs
+    per_epoch = math.ceil(train_examples / global_batch)
+    steps = per_epoch * config.num_epochs
     if config.max_steps:
         steps = min(steps, config.max_steps)
+    epochs = math.ceil(steps / per_epoch)  # each evaluates once at its end (--max_steps may end the run sooner)
     price = options.price_per_chip_hour if options.price_per_chip_hour is not None else chip.price_per_chip_hour
     fits = None if memory["peak_bytes"] is None else memory["peak_bytes"] <= usable
     return {
@@ -114,8 +116,7 @@ def plan_target(model, config, options, recipe, target, train_examples: int, eva
         # A forward pass: a third of a step's FLOPs a token (2N + 4LHQT of 6N + 12LHQT), the weights read once a batch.
         "evaluation": timing.evaluation(per_token * recipe.length / 3, memory["parts"]["weights"], chip, options.mfu,
                                         eval_examples, config.eval_batch_size, devices),
-        "run": {"optimizer_steps": steps, "evaluations": config.num_epochs + (steps // config.eval_steps
-                                                                             if config.eval_steps else 0),
+        "run": {"optimizer_steps": steps, "evaluations": epochs + (steps // config.eval_steps if config.eval_steps else 0),
                 "price_per_chip_hour": price,
                 "price_source": "--price_per_chip_hour" if options.price_per_chip_hour is not None else
                 f"on-demand list price, {chip.price_region}, read {targets.PRICES_READ}" if price is not None else

@@ -38,10 +38,15 @@ REMAT_TARGET = 0.8
 REMAT_SHARE = 0.27
 # Attention's scores grow with the length squared: per layer, token and head, SCORE_BYTES for each position of the
 # sequence past FITTED_LENGTH (the coefficients above were fitted at 128 tokens, where the scores are in PER_WIDTH's
-# share). Fitted to one row, bert-base-cased at 8 x 512 on a v5e chip (benchmarks/measure_plan.py's LENGTH_FIT: the
-# estimate without it was 0.85 of the compiler's peak); checked on the matrix's other lengths (docs/plan.md).
-SCORE_BYTES = 3.2
+# share). Fitted to two rows at 512 tokens (benchmarks/measure_plan.py's LENGTH_FITS): bert-base-cased at 8 x 512 on a
+# v5e chip alone gave 3.2 bytes, distilbert-base-uncased at 16 x 512 over a v5p-8 5.3 (at 3.2 its estimate was 0.81
+# of the compiler's peak, found as a check row and then made the second fit); between them, each row within 15 %.
+# Checked on the matrix's other rows at 512 (docs/plan.md).
+SCORE_BYTES = 4.2
 FITTED_LENGTH = 128
+# Past the longest length fitted, the scores' bytes grew faster still (ModernBERT-base at 4 x 2,048: the estimate
+# with SCORE_BYTES was 0.74 of the compiler's peak): there the estimate gives no figure, and says to compile.
+LONGEST_FITTED = 512
 
 
 @dataclass(frozen=True)
@@ -138,10 +143,19 @@ def activations(model, recipe: Recipe, chips: int, checkpointing: bool | None = 
     return activation_bytes(model.config, recipe, chips, checkpointing=checkpointing) + gathered_bytes(model, recipe, chips)
 
 
-def no_formula(model_config) -> str | None:
-    """Why the activation formula does not cover this architecture, or None where it does: it counts an encoder's or
-    a decoder's stack of attention and feed-forward layers (hidden_size, num_hidden_layers, num_attention_heads in
-    its config), not an encoder-decoder's two stacks nor a mixture of experts' routed ones."""
+def no_formula(model_config, recipe: "Recipe | None" = None, chips: int = 1) -> str | None:
+    """Why the activation formula does not cover this architecture or recipe, or None where it does: it counts an
+    encoder's or a decoder's stack of attention and feed-forward layers (hidden_size, num_hidden_layers,
+    num_attention_heads in its config), not an encoder-decoder's two stacks nor a mixture of experts' routed ones, at
+    most LONGEST_FITTED tokens a sequence, and under fsdp with dropout at most FITTED_LENGTH (FSDP_DROPOUT_COPIES was
+    fitted there; RoBERTa-large at 8 x 512 on v6e-4: --compile's peak was 1.9 times the estimate)."""
+    if recipe is not None and recipe.length > LONGEST_FITTED:
+        return (f"a sequence of {recipe.length} tokens, longer than any the estimate was fitted at ({LONGEST_FITTED}): "
+                f"compile to know (--compile)")
+    if recipe is not None and recipe.layout == "fsdp" and chips > 1 and recipe.length > FITTED_LENGTH and \
+            has_dropout(model_config):
+        return (f"dropout under fsdp at {recipe.length} tokens, longer than the {FITTED_LENGTH} its random bits were "
+                f"fitted at: compile to know (--rehearse gives the run's own figure)")
     model_config = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
     kind = getattr(model_config, "model_type", None) or type(model_config).__name__
     if getattr(model_config, "is_encoder_decoder", False):
@@ -161,7 +175,7 @@ def memory(model, recipe: Recipe, chips: int, usable_bytes: int | None = None) -
     moment. On a chip of `usable_bytes`, near its capacity, less: the compiler recomputes activations (REMAT_*).
     Where the formula has nothing to count by (no_formula), the peak is None and "why" says so; the state is exact."""
     parts = state_bytes(model, recipe, chips)
-    if why := no_formula(model.config):
+    if why := no_formula(model.config, recipe, chips):
         return {"peak_bytes": None, "why": why, "parts": {**parts, "activations": None}, "recomputed": None}
     parts["activations"] = activations(model, recipe, chips)
     state = parts["weights"] + parts["optimizer_state"]
@@ -184,7 +198,7 @@ def step_bytes(parts: dict) -> int | None:
 def largest_batch(model, recipe: Recipe, chips: int, usable_bytes: int) -> int | None:
     """The largest per-chip batch whose estimate fits in `usable_bytes` (0: not even one example): its activations,
     less what the compiler may recompute, beside the state. None where the formula has nothing to count by."""
-    if no_formula(model.config):
+    if no_formula(model.config, recipe, chips):
         return None
     state = state_bytes(model, recipe, chips)
     room = usable_bytes - state["weights"] - state["optimizer_state"]
