@@ -166,15 +166,12 @@ def batch_shapes(model, rows: int, length: int) -> dict:
 
 
 def default_train_examples(max_seq_length: int) -> int:
-    """The default data set's training blocks in an epoch, for plan.py's run length: WikiText-2's train split is
-    about 2.4 million tokens in a byte-level BPE such as GPT-2's (transformers' run_clm makes 2,318 blocks of 1,024)."""
+    """plan.py's epoch: WikiText-2's train split, about 2.4 million tokens in GPT-2's BPE (run_clm: 2,318 x 1,024)."""
     return 2_400_000 // max_seq_length
 
 
 def default_eval_examples(max_seq_length: int) -> int:
-    """The default data set's evaluation blocks: WikiText-2's validation split, about 246,000 tokens in GPT-2's BPE
-    (run_clm makes 240 blocks of 1,024)."""
-    return max(1, 246_000 // max_seq_length)
+    return max(1, 246_000 // max_seq_length)  # run_clm: 240 blocks of 1,024
 
 
 def eval_batch(model, batch, valid, metric_dtype) -> dict:
