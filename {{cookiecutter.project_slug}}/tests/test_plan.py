@@ -391,6 +391,24 @@ def test_the_run_checks_its_estimate_against_the_chip_warns_within_the_measured_
     assert estimate.memory(model, replace(recipe, per_chip_batch=batch + 1), 1, device_bytes)["peak_bytes"] > device_bytes
 
 
+def test_what_would_fit_offers_no_recipe_the_estimate_has_no_figure_for(tmp_path):
+    """Past the chip at 256 tokens in the data layout over 8 chips: fsdp there has no estimate when the model has
+    dropout (estimate.no_formula), so it is not offered as what would fit; a smaller batch is."""
+    from {{ cookiecutter.project_slug }}.config import TrainConfig
+    from {{ cookiecutter.project_slug }}.plan_cli import recipe_of, run_model
+    from {{ cookiecutter.project_slug }}.planning import estimate, start_check
+    from {{ cookiecutter.project_slug }}.tasks import task
+
+    config = TrainConfig(model_name_or_path=str(config_folder(tmp_path / "model")), max_seq_length=256)
+    recipe = replace(recipe_of(config, task), per_chip_batch=256, layout="data")
+    model = run_model(config, recipe)
+    dropout = estimate.has_dropout(model.config)
+    assert (estimate.memory(model, replace(recipe, layout="fsdp"), 8)["peak_bytes"] is None) == dropout
+    _, problem = start_check.check_at_start(model, recipe, 8, 4 * GIB)
+    assert problem and "what would fit: --train_batch_size " in problem, problem
+    assert ("--parallelism fsdp" in problem) == (not dropout), problem
+
+
 def test_a_kept_rehearsal_of_the_same_recipe_replaces_the_estimate_at_the_start_without_a_margin(tmp_path):
     """plan.py --rehearse keeps each slice's answer (planning/rehearsed.py); a run of the same recipe on that slice
     reads it and stops on the TPU compiler's peak, above the chip at all (no margin: not an estimate). Another recipe

@@ -24,10 +24,14 @@ def what_would_fit(model, recipe: estimate.Recipe, chips: int, device_bytes: int
     batch = estimate.largest_batch(model, recipe, chips, device_bytes)
     if batch:
         would_fit.append(f"--train_batch_size {batch}")
-    fits = lambda changed: (estimate.memory(model, changed, chips, device_bytes)["peak_bytes"] or 0) <= device_bytes  # noqa: E731
+
+    def fits(changed) -> bool:  # a changed recipe the estimate has no figure for (no_formula) is not offered
+        peak_bytes = estimate.memory(model, changed, chips, device_bytes)["peak_bytes"]
+        return peak_bytes is not None and peak_bytes <= device_bytes
+
     if recipe.layout == "data" and chips > 1 and fits(replace(recipe, layout="fsdp")):
         would_fit.append("--parallelism fsdp")
-    if not recipe.gradient_checkpointing and batch is not None and fits(replace(recipe, gradient_checkpointing=True)):
+    if not recipe.gradient_checkpointing and fits(replace(recipe, gradient_checkpointing=True)):
         would_fit.append("--gradient_checkpointing")
     larger = [chip.generation for chip in CHIPS.values() if chip.usable_hbm_bytes >= peak]
     if larger:
