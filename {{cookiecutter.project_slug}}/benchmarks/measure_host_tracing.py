@@ -10,6 +10,13 @@ Rows, each in the same forked child, one after the other, on the same model, bat
   plain         a bare lazy loop: forward, backward, clip at 1.0, torch's AdamW(foreach=True), nothing else;
   project-lazy  the project's step (loop/step.py's train_step: its AdamW, clipping, schedule), traced op by op;
   project-jax   the same step with --step_function jax: one JAX function traced once (xla/jax_step.py);
+  project-jax-k4, project-jax-k16
+                the JAX step with --steps_per_execution 4 and 16: 4 or 16 steps in one call (xla/several_steps.py),
+                timed per call and divided by its steps;
+  project-default
+                the run's defaults: the JAX step with the K that auto (loop/calls.py) would choose on each chip, from
+                the host's time per call measured in the project-jax row and that chip's time (logs every 10 steps
+                allow 1, 2, 5 or 10); each chip's figure is the row measured at its K;
   {{ "sft-trainer   TRL's SFTTrainer" if cookiecutter.task == "causal-lm" else "tuned-trainer transformers' Trainer, TPU-tuned," }} its own step method by method (measure_trainer_tracing.py).
 Each step is timed from its first operation to the graph's hand-over, the sync and execution left out. Every row
 starts from weights and optimizer state that are device data, and each traced step is then dropped without compiling
@@ -30,6 +37,7 @@ from transformers import BertConfig, BertForSequenceClassification
 
 from {{ cookiecutter.project_slug }}.config import ATTENTION, TrainConfig
 from {{ cookiecutter.project_slug }}.loop.adamw import AdamW
+from {{ cookiecutter.project_slug }}.loop.calls import choose
 from {{ cookiecutter.project_slug }}.loop.step import StepParts, train_step
 from {{ cookiecutter.project_slug }}.models.modeling import make_graph_friendly
 from {{ cookiecutter.project_slug }}.watch import compilations, flops
@@ -39,10 +47,11 @@ from {{ cookiecutter.project_slug }}.xla import device as devices
 from .profiles import Profile
 
 TRAINER = {{ '"sft-trainer"' if cookiecutter.task == "causal-lm" else '"tuned-trainer"' }}  # measure_trainer_tracing.py
-ROWS = ("plain", "project-lazy", "project-jax", TRAINER)
+ROWS = ("plain", "project-lazy", "project-jax", "project-jax-k4", "project-jax-k16", "project-default", TRAINER)
+SEVERAL = {"project-jax-k4": 4, "project-jax-k16": 16}
 NARROW = {"hidden_size": 64, "intermediate_size": 256, "num_attention_heads": 4, "vocab_size": 1024}
 MFU = 0.5
-CHIPS = ("v5e", "v6e")
+CHIPS = ("v5e", "v6e", "tpu7x")  # tpu7x: per device, half a chip (planning/targets.py)
 BAKED = TrainConfig()
 BATCH, LENGTH = BAKED.per_chip_train_batch(False, 1), BAKED.max_seq_length  # the bake's 16 x 128 per chip
 STEPS = {"quick": 8, "full": 32}  # HostTracing leaves the first 2 out: the medians are over 6 and 30 steps
@@ -113,8 +122,9 @@ class _Accelerator:
         loss.backward()
 
 
-def one_row(row: str, steps: int) -> dict:
-    """Trace `steps` steps of one row (the first ones warm up: HostTracing leaves them out); its medians in ms."""
+def one_row(row: str, steps: int, several: int = 1) -> dict:
+    """Trace `steps` steps of one row (the first ones warm up: HostTracing leaves them out); its medians in ms.
+    `several`: the JAX step's calls of that many steps (--steps_per_execution), `steps` calls."""
     if row == TRAINER:
         from .measure_trainer_tracing import trainer_row
 
@@ -124,6 +134,8 @@ def one_row(row: str, steps: int) -> dict:
     model = make_graph_friendly(_model({**NARROW, "max_position_embeddings": max(512, LENGTH)}))
     model.to(device).train()
     batch = {name: tensor.to(device) for name, tensor in _batch(BATCH, LENGTH).items()}
+    # A call of several steps takes that many batches, each its own device tensors (a run's loader gives new ones).
+    batches = [{name: tensor.to(device) for name, tensor in _batch(BATCH, LENGTH).items()} for _ in range(several)]
     tracing, whole = HostTracing(), None
     if row == "plain":
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
@@ -131,7 +143,7 @@ def one_row(row: str, steps: int) -> dict:
     else:
         optimizer = AdamW(model.parameters(), lr=1e-4)
         optimizer.create_state()
-        if row == "project-jax":
+        if row.startswith("project-jax") or row == "project-default":
             from {{ cookiecutter.project_slug }}.xla.jax_step import WholeStep
 
             whole = WholeStep(model, optimizer, 1.0)
@@ -142,9 +154,12 @@ def one_row(row: str, steps: int) -> dict:
         for _ in range(steps):
             if row == "plain":
                 _plain_step(model, optimizer, dict(batch), tracing)
+            elif several > 1:
+                parts = StepParts(model, optimizer, scheduler, clip, 1, whole, several)
+                train_step(_Accelerator, parts, [dict(one) for one in batches], tracing)
             else:
                 train_step(_Accelerator, StepParts(model, optimizer, scheduler, clip, 1, whole), dict(batch), tracing)
-            tracing.handed_over()
+            tracing.handed_over(several)
             devices.discard_traced(device)
         wall = time.perf_counter() - started
     return figures(tracing, compiled["compilations"], wall, model)
@@ -165,5 +180,16 @@ def figures(tracing: HostTracing, compilations: int, wall: float, model) -> dict
 
 def all_rows(profile: Profile) -> dict:
     """Every row in this (forked) process, one after the other, and the chip's compute time beside them."""
-    rows = {row: one_row(row, STEPS[profile.name]) for row in ROWS}
-    return {"rows": rows, "device": devices.device_kind(devices.current_device()), "chip_ms": {chip: seconds * 1e3 for chip, seconds in chip_seconds(BATCH, LENGTH).items()}}
+    steps, chip = STEPS[profile.name], chip_seconds(BATCH, LENGTH)
+    rows = {row: one_row(row, steps, SEVERAL.get(row, 1)) for row in ROWS if row != "project-default"}
+    # auto's K on each chip, from the one-step row's host time a call; each K's row measured once.
+    chosen = {name: choose(rows["project-jax"]["tracing_ms"] / 1e3, seconds, [BAKED.logging_steps])
+              for name, seconds in chip.items()}
+    at = {1: rows["project-jax"], **{k: rows[row] for row, k in SEVERAL.items()}}
+    for k, _ in chosen.values():
+        if k not in at:
+            at[k] = one_row("project-default", steps, k)
+    rows["project-default"] = {**at[max(k for k, _ in chosen.values())], "per_chip": {
+        name: {"k": k, "why": why, "tracing_ms": at[k]["tracing_ms"]} for name, (k, why) in chosen.items()}}
+    return {"rows": rows, "device": devices.device_kind(devices.current_device()),
+            "chip_ms": {name: seconds * 1e3 for name, seconds in chip.items()}}

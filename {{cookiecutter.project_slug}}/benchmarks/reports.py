@@ -171,17 +171,20 @@ VIEWS = {
         "optimizer state is what the adapters save.",
     ),
     "full size: host against chip": View(
-        ("tracing_ms", "forward_ms", "backward_ms", "optimizer_ms", "chip_ms_v5e", "host_over_chip_v5e",
+        ("tracing_ms", "steps_per_execution", "host_over_chip_v5e", "host_over_chip_v6e", "host_over_chip_v7x",
          "tracing_vs_plain", "layers"),
         "The host's time to trace one training step (median of the steady steps, from its first operation to the "
         "graph's hand-over) at the default model's real layer and tensor count (bert-base-cased: 201 tensors, "
         "Qwen2.5-0.5B: 290), 64 wide so that XLA:CPU runs it "
         "cheaply (tracing follows the count of operations and tensors, not their sizes), at the baked batch and "
         "length, float32: a bare lazy loop (plain), the project's step traced op by op (project-lazy) and as one "
-        "JAX function (project-jax, --step_function jax), and the TPU-tuned Trainer's step (TRL's SFTTrainer's for the "
+        "JAX function (project-jax, --step_function jax), with 4 and 16 steps a call (project-jax-k4, -k16: "
+        "--steps_per_execution, per step), the defaults with the K auto takes on each chip (project-default), and the "
+        "TPU-tuned Trainer's step (TRL's SFTTrainer's for the "
         "language model) called method by method as its loop calls them, each step dropped uncompiled and traced "
-        "again from the same state. Beside it the full model's compute per chip at 50 % of a v5e's peak (computed from its FLOPs, "
-        "not measured); host over chip above 1 means the chip would wait. v6e's columns are in results.md.",
+        "again from the same state. Against it the full model's compute at 50 % of the peak of a v5e, a v6e and a TPU7x "
+        "device (half a chip) (computed from its FLOPs, not measured); host over chip above 1 means the chip would wait. "
+        "The chips' milliseconds are in results.md.",
     ),
     "recompilation: compilation cache": View(
         ("cache_hits", "cache_misses", "cache_read_failures", "cold_cache_misses"),

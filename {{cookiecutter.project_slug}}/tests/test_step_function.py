@@ -153,12 +153,14 @@ def test_what_the_run_finds_as_it_prepares_is_refused_too(found, refusal):
     with pytest.raises(ConfigError, match=refusal):
         step_function.check(jax, step_function.Found(**{**ALONE, **found}))
     lazy = TrainConfig(step_function="lazy", **BASE)
-    assert step_function.choose(lazy, step_function.Found(**{**ALONE, **found})) == step_function.Choice(False)
+    chosen = step_function.choose(lazy, step_function.Found(**{**ALONE, **found}))
+    assert (chosen.whole, chosen.why, chosen.steps) == (False, None, 1)  # and one step a call: the lazy step's
     # auto, the default: the lazy step, the same reason said
     chosen = step_function.choose(TrainConfig(**BASE), step_function.Found(**{**ALONE, **found}))
     assert not chosen.whole and refusal in chosen.why
     if importlib.util.find_spec("jax") and importlib.util.find_spec("flax"):
-        assert step_function.choose(TrainConfig(**BASE), step_function.Found(**ALONE)) == step_function.Choice(True)
+        chosen = step_function.choose(TrainConfig(**BASE), step_function.Found(**ALONE))
+        assert (chosen.whole, chosen.why, chosen.steps) == (True, None, 1)  # one step a call on XLA:CPU
 
 
 @pytest.mark.slow

@@ -132,6 +132,7 @@ class TrainingOptions:
     train_batch_size: int | None
     gradient_accumulation_steps: int
     step_function: str
+    steps_per_execution: str
 
 
 @dataclass(frozen=True)

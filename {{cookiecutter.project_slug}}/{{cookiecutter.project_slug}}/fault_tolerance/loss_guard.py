@@ -56,6 +56,18 @@ class LossGuard:
         first = torch.where((self.values[FIRST_BAD] == 0) & (bad > 0), steps, self.values[FIRST_BAD])
         self.values = torch.stack([self.values[LOSS] + fixed, steps, self.values[BAD] + bad, first])
 
+    def add_steps(self, losses, real) -> None:
+        """After a call of several steps (--steps_per_execution): add each real step's loss in order (`real`: 1 for a
+        real step, 0 for a masked one, whose loss counts nothing), in the call's graph."""
+        fixed, bad = finite_to_fixed(losses)
+        real = real.long()
+        bad = bad * real
+        steps = self.values[STEPS] + torch.cumsum(real, 0)  # each step's count this epoch
+        first_here = torch.min(torch.where(bad > 0, steps, torch.iinfo(torch.int64).max))
+        first = torch.where((self.values[FIRST_BAD] == 0) & (bad.sum() > 0), first_here, self.values[FIRST_BAD])
+        self.values = torch.stack([self.values[LOSS] + (fixed * real).sum(), steps[-1], self.values[BAD] + bad.sum(),
+                                   first])
+
     def read(self, run) -> int:
         """The epoch's loss so far (fixed point, summed over processes), read in one transfer with the counters.
 

@@ -13,6 +13,7 @@ from ..precision import levels as precision
 from ..precision.fixed_point import from_fixed
 from ..tasks import task
 from ..xla import device as devices
+from .calls import Calls
 from .context import RunContext
 from .evaluation import evaluate
 from .run_state import RunState
@@ -26,8 +27,8 @@ class Loop:
     `guard` (fault_tolerance/loss_guard.py) stops the run at its next read of the device when a loss was not finite.
     """
 
-    def __init__(self, context: RunContext, parts, callbacks, guard: LossGuard):
-        self.context, self.parts, self.callbacks, self.guard = context, parts, callbacks, guard
+    def __init__(self, context: RunContext, parts, callbacks, guard: LossGuard, calls: Calls):
+        self.context, self.parts, self.callbacks, self.guard, self.calls = context, parts, callbacks, guard, calls
         self.metric_dtype = precision.metric_dtype(context.precision)
 
     def evaluate_now(self, run: RunState) -> dict:
@@ -81,26 +82,36 @@ class Loop:
         # the real pass starts (another data order in every run). A context: a run stopped mid-epoch ends the bar's line.
         bar = tqdm(total=run.step + steps, initial=run.step, desc=f"epoch {run.epoch + 1}/{run.num_epochs}",
                    disable=not processes.is_main(accelerator))
+        calls, done = self.calls, 0
         with bar:
-            for index, batch in enumerate(batches, start=1):
-                run.last_learning_rate = parts.scheduler.get_last_lr()[0]
-                step = train_step(accelerator, parts, batch, run.tracing)
-                guard.add(step.loss)
+            for group in calls.groups(batches, run.global_step, steps, len(batches)):
+                single = calls.steps == 1  # one step, one call: the step as it always was
+                parts.steps_per_call = calls.steps
+                if single:
+                    run.last_learning_rate = parts.scheduler.get_last_lr()[0]
+                step = train_step(accelerator, parts, group[0] if single else group, run.tracing)
+                if single:
+                    guard.add(step.loss)
+                else:
+                    guard.add_steps(step.loss, step.real)
                 run.grad_norm = step.grad_norm
-                run.after_step()
                 callbacks.before_sync(run)
-                run.tracing.handed_over()
+                run.tracing.handed_over(len(group))
                 devices.sync(accelerator.device)
-                callbacks.after_train_step(run, batch)  # the metrics log hands what it reads to its own thread
+                for index, batch in enumerate(group):  # every step of the call, counted and logged as one step is
+                    run.last_learning_rate = run.last_learning_rate if single else step.rates[index]
+                    run.after_step()
+                    callbacks.after_train_step(run, batch)  # the metrics log hands what it reads to its own thread
+                    bar.update()
+                done += len(group)
                 if run.shown:
                     bar.set_postfix(run.shown, refresh=False)
-                bar.update()
-                if run.eval_steps and run.global_step % run.eval_steps == 0 and index < steps:
+                calls.after_call(run)
+                if run.eval_steps and run.global_step % run.eval_steps == 0 and done < steps:
                     self.context.say(f"step {run.global_step}: {task.summary(self.evaluate_now(run))}")
                     parts.model.train()
                 callbacks.at_step_boundary(run)
-                if index == steps < len(batches) or run.stop_reason:  # --max_steps reached inside the epoch, or a stop
-                    # Only then: a loader left before its end skips its last sync, which moves XLA's random seed.
+                if run.stop_reason:
                     break
         # One transfer per epoch, the loss and the guard's counters together: reading every step would stall the device.
         total = guard.read(run)

@@ -46,6 +46,7 @@ class Prepared:
     clip: Callable | None  # clips the gradients in the step (the layout's clip at --max_grad_norm); None: no clipping
     whole_step: Callable | None = None  # the JAX step: the step as one JAX function (xla/jax_step.py)
     data_preparation: dict | None = None  # this process's seconds preparing the examples, and whether all were cached
+    steps_per_call: int = 1  # optimizer steps in the next call of the JAX step (the loop sets it: loop/calls.py)
 
     @property
     def epochs(self) -> int:

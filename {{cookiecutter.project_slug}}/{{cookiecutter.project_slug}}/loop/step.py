@@ -23,8 +23,10 @@ from ..xla import device as devices
 
 
 class Step(NamedTuple):
-    loss: object  # the micro-batches' mean loss, detached and lazy
-    grad_norm: object | None  # the gradients' global norm before clipping (lazy); None without clipping
+    loss: object  # the micro-batches' mean loss, detached and lazy; a call of several steps: each step's, a vector
+    grad_norm: object | None  # the gradients' global norm before clipping (lazy); None without clipping; several: the last's
+    rates: list | None = None  # several steps in one call: the learning rate each real step used (host floats)
+    real: object = None  # several steps in one call: 1 for each real step, 0 for a masked one (lazy)
 
 
 _indices = {}  # (device, N) -> the micro-batches' indices, on the device as data: one graph for every micro-batch
@@ -38,10 +40,14 @@ class StepParts(NamedTuple):
     clip: object = None  # clips the gradients and returns their norm before clipping (Prepared.clip); None: no clipping
     accumulation: int = 1  # micro-batches in the step (--gradient_accumulation_steps)
     whole_step: object = None  # xla/jax_step.py's WholeStep (the JAX step): the whole step in one call
+    steps_per_call: int = 1  # --steps_per_execution: optimizer steps in one call of the JAX step (loop/calls.py)
 
 
 def train_step(accelerator, parts: StepParts, batch, tracing=None):
-    """One optimizer step over the batch's `parts.accumulation` micro-batches: a Step of their mean loss and the
+    """One call: `batch` is one step's batch, or (--steps_per_execution) a list of at most `parts.steps_per_call`
+    batches, one optimizer step each in one call of the JAX step (xla/several_steps.py).
+
+    One optimizer step over the batch's `parts.accumulation` micro-batches: a Step of their mean loss and the
     gradients' norm before clipping, both detached and still lazy (the caller decides when to sync).
 
     `parts` is a StepParts or anything with its fields (Prepared). Each micro-batch's loss is divided by their number,
@@ -53,6 +59,12 @@ def train_step(accelerator, parts: StepParts, batch, tracing=None):
                                                        parts.accumulation)
     tracing = tracing or HostTracing()
     tracing.begin()
+    if isinstance(batch, list):
+        for one in batch:
+            one.pop(VALID, None)
+        losses, norms, last_norm, rates, real = parts.whole_step.several(batch, scheduler, parts.steps_per_call)
+        tracing.lap("whole_step")
+        return Step(losses, last_norm, rates, real)
     batch.pop(VALID, None)
     if parts.whole_step is not None:
         loss, grad_norm = parts.whole_step(batch)

@@ -32,6 +32,7 @@ from ..xla import device as devices
 from ..xla import runtime as xla_runtime
 from . import best_model, collector, export
 from .callbacks import Callbacks
+from .calls import Calls, chip_seconds_per_step
 from .context import RunContext
 from .fit import Loop
 from .optimizers import takes_python_scalars
@@ -79,7 +80,8 @@ def _training_function(model, config: TrainConfig, lock: run_lock.RunLock) -> di
     set_seed(config.seed)
     processes.quiet_unless_main(accelerator)
     found = step_function.Found(on_xla=devices.uses_xla(accelerator.device), layout=layout.name,
-                                processes=accelerator.num_processes, level=level)
+                                processes=accelerator.num_processes, device=devices.device_kind(accelerator.device),
+                                level=level)
     with output_folder.removed_if_refused(config.output_dir, made_output_dir):  # an explicit jax that cannot run
         step = step_function.choose(config, found)
     if environment.xla_installed() and not step.whole:
@@ -126,6 +128,10 @@ def _train(context: RunContext, model, analysis_file, made_output_dir: bool):
     step = context.step
     say(f"step_function: {step.name}" + (f" (auto: {step.why})" if step.why else
                                          " (the whole step as one JAX function)" if step.whole else " (asked for)"))
+    say(f"steps_per_execution: {step.steps or 'auto'} ({step.steps_why})")
+    if (logging := step_function.rounded_logging_steps(config.logging_steps, step.steps)) != config.logging_steps:
+        say(f"logging_steps: {logging}, not {config.logging_steps}: logs fall between calls of {step.steps} steps")
+        config.logging_steps = logging
     with output_folder.removed_if_refused(config.output_dir, made_output_dir):
         parts = prepare(context, model)
     run = RunState(parts.steps_per_epoch, parts.global_batch, parts.epochs, parts.optimizer_steps, config.eval_steps)
@@ -145,8 +151,11 @@ def _train(context: RunContext, model, analysis_file, made_output_dir: bool):
     # metrics log, the profile and the best model start after a resumed run's step and best evaluation are known.
     best = best_model.BestModel(accelerator, layout, config, say)
     callbacks = Callbacks(checkpoints, watch, Preemption(accelerator, checkpoints), metrics, profile, best)
-    Loop(context, parts, callbacks, guard).fit(run)
+    calls = Calls(step, [config.logging_steps, config.save_steps if config.checkpoint else None, config.eval_steps],
+                  say, lambda: chip_seconds_per_step(context, parts))
+    Loop(context, parts, callbacks, guard, calls).fit(run)
     report = run_report(context, parts, run, watch, checkpoints)
+    report.update(calls.report())
     if report["host_share_of_step"]["says"].startswith("host-bound"):
         say(report["host_share_of_step"]["says"])
     report.update(logging=metrics.report(), profile=profile.report() if profile else None, **best.report(run))

@@ -39,12 +39,13 @@ class HostTracing:
         """Restart the clock without counting the time since the last mark (a sync inside the step)."""
         self._clock = time.perf_counter()
 
-    def handed_over(self) -> None:
-        """The graph is complete and about to be cut: the loop's own bookkeeping since the last mark counts too."""
+    def handed_over(self, steps: int = 1) -> None:
+        """The graph is complete and about to be cut: the loop's own bookkeeping since the last mark counts too. A
+        call of several optimizer steps (--steps_per_execution) counts its time per step, shared by its `steps`."""
         if self._current is None:
             return
         self._current["step"] = sum(self._current.values()) + time.perf_counter() - self._clock
-        self.steps.append(self._current)
+        self.steps.append({phase: seconds / steps for phase, seconds in self._current.items()})
         self._current = None
 
     def seconds_per_step(self) -> dict | None:

@@ -20,10 +20,11 @@ import torch
 from .device import device_values
 from .model_in_trace import autocast, plain_forwards, recomputed_layers, scanned_layers
 from .runtime import torchax_for_the_jax_step
+from .several_steps import SeveralSteps, several_steps
 from .sharding import replicate_under_spmd
 
 
-class WholeStep:
+class WholeStep(SeveralSteps):
     """The training step (forward, loss, backward, clipping, the project's AdamW update) as one JAX function, called
     through torch_xla as one graph node: `step(batch)` -> (loss, grad_norm or None), lazy and detached.
 
@@ -58,42 +59,64 @@ class WholeStep:
         self.groups = [group_of[id(p)] for p in self.trainable.values()]
         # Our own cache, not call_jax's module-level one: that one is keyed by the function's id and keeps every
         # function (and so its model's device weights) alive for the whole process.
-        self.callable = JaxCallable(step_function(model, self.trainable, autocast_dtype))
+        one = step_function(model, self.trainable, autocast_dtype)
+        self.callable = JaxCallable(one)
+        # --steps_per_execution: the same step scanned over several batches (several_steps.py).
+        self.several_callable = JaxCallable(several_steps(one, [name for name, _ in model.named_buffers()]))
+        self.spares = []  # the latest several-step call's batches: what a shorter call is padded with
 
     @torch.no_grad()
     def __call__(self, batch: dict) -> tuple:
+        """One optimizer step: (loss, grad_norm or None), lazy. The caller steps the schedule after it."""
+        device, names, keys, rows, states = self._count(1)
+        moving = device_values([self._moving(group, step) for group, step in rows], torch.float32, device)
+        # A new dropout mask every step, reproducible: torch's seed (set_seed) and the step count, as data. Derived
+        # rather than drawn from torch's generator, so that the host's random stream (data order) is the lazy
+        # step's, and a resumed run draws the masks the uninterrupted one would have.
+        seed = device_values([torch.initial_seed() % (2 ** 31), keys[0][1] % (2 ** 31)], torch.int32, device)
+        loss, norm, new, changed = self.callable(*self._inputs(names, states, batch, keys, rows), moving, seed,
+                                                 *self._structure(names, keys, rows))
+        self._write_back(names, states, new, changed)
+        return loss, norm if self.max_grad_norm is not None else None
+
+    def _count(self, steps: int) -> tuple:
+        """Count `steps` steps in the optimizer's state (on the host, as AdamW.step counts: one call, not one per
+        weight); (device, names, each weight's (group, first step count), the rows of moving numbers, the states)."""
         optimizer, params = self.optimizer, list(self.trainable.values())
         if any(not optimizer.state[p] for p in params):
             optimizer.create_state()
         states = [optimizer.state[p] for p in params]
         counts = [state["step"] for state in states]
-        torch._foreach_add_(counts, 1)  # on the host, as AdamW.step counts: one call, not one per weight
+        torch._foreach_add_(counts, 1)
         # One row of moving numbers per (group, step count): normally one row. Which row a weight reads is part of
         # the traced structure (a new combination retraces); the numbers themselves are data.
         keys = list(zip(self.groups, map(int, torch.stack(counts).tolist()), strict=True))
-        rows = sorted(set(keys))
-        moving = [optimizer.moving_numbers(optimizer.param_groups[group], step) for group, step in rows]
-        device = params[0].device
-        moving = device_values(moving, torch.float32, device)
-        # A new dropout mask every step, reproducible: torch's seed (set_seed) and the step count, as data. Derived
-        # rather than drawn from torch's generator, so that the host's random stream (data order) is the lazy
-        # step's, and a resumed run draws the masks the uninterrupted one would have.
-        seed = device_values([torch.initial_seed() % (2 ** 31), keys[0][1] % (2 ** 31)], torch.int32, device)
-        constants = tuple((*optimizer.param_groups[g]["betas"], optimizer.param_groups[g]["eps"]) for g, _ in rows)
-        names = list(self.trainable)
-        # Every weight's inputs keyed by its name: the call flattens dicts in sorted-key order, not ours.
-        loss, norm, new, changed = self.callable(
-            self.trainable, {name: _int32(t) for name, t in self.frozen.items()},
-            {name: (s["exp_avg"], s["exp_avg_sq"]) for name, s in zip(names, states, strict=True)},
-            {name: _int32(t) for name, t in batch.items()}, moving, seed,
-            {name: rows.index(key) for name, key in zip(names, keys, strict=True)}, constants, self.max_grad_norm,
-            self.accumulation,
-        )
+        if steps > 1:
+            torch._foreach_add_(counts, steps - 1)
+        return params[0].device, list(self.trainable), keys, sorted(set(keys)), states
+
+    def _moving(self, group: int, step: int) -> list:
+        return self.optimizer.moving_numbers(self.optimizer.param_groups[group], step)
+
+    def _inputs(self, names, states, batch, keys, rows) -> tuple:
+        """The weights, frozen weights, moments and batch (or batches), each keyed by name: the call flattens dicts in
+        sorted-key order, not ours."""
+        batches = [{name: _int32(t) for name, t in one.items()} for one in (batch if isinstance(batch, list) else [batch])]
+        return (self.trainable, {name: _int32(t) for name, t in self.frozen.items()},
+                {name: (s["exp_avg"], s["exp_avg_sq"]) for name, s in zip(names, states, strict=True)},
+                batches if isinstance(batch, list) else batches[0])
+
+    def _structure(self, names, keys, rows) -> tuple:
+        constants = tuple((*self.optimizer.param_groups[g]["betas"], self.optimizer.param_groups[g]["eps"]) for g, _ in rows)
+        return ({name: rows.index(key) for name, key in zip(names, keys, strict=True)}, constants, self.max_grad_norm,
+                self.accumulation)
+
+    def _write_back(self, names, states, new, changed) -> None:
+        params = list(self.trainable.values())
         for index, targets in enumerate((params, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states])):
             torch._foreach_copy_(targets, [new[name][index] for name in names])
         if changed:  # buffers the forward changed in place (a step counter), as the lazy step leaves them
             torch._foreach_copy_([self.frozen[name] for name in changed], list(changed.values()))
-        return loss, norm if self.max_grad_norm is not None else None
 
 
 def step_inputs(model) -> tuple[dict, dict]:
