@@ -17,6 +17,10 @@ Rows, each in the same forked child, one after the other, on the same model, bat
                 the run's defaults: the JAX step with the K that auto (loop/calls.py) would choose on each chip, from
                 the host's time per call measured in the project-jax row and that chip's time (logs every 10 steps
                 allow 1, 2, 5 or 10); each chip's figure is the row measured at its K;
+  eval-lazy, eval-jax
+                an evaluation batch (the task's eval_batch: forward, losses in fixed point, counts), traced op by op,
+                and as one JAX function (xla/jax_eval.py, the default with the JAX step); the chip's side is the
+                forward's third of the step's FLOPs;
   {{ "sft-trainer   TRL's SFTTrainer" if cookiecutter.task == "causal-lm" else "tuned-trainer transformers' Trainer, TPU-tuned," }} its own step method by method (measure_trainer_tracing.py).
 Each step is timed from its first operation to the graph's hand-over, the sync and execution left out. Every row
 starts from weights and optimizer state that are device data, and each traced step is then dropped without compiling
@@ -47,7 +51,9 @@ from {{ cookiecutter.project_slug }}.xla import device as devices
 from .profiles import Profile
 
 TRAINER = {{ '"sft-trainer"' if cookiecutter.task == "causal-lm" else '"tuned-trainer"' }}  # measure_trainer_tracing.py
-ROWS = ("plain", "project-lazy", "project-jax", "project-jax-k4", "project-jax-k16", "project-default", TRAINER)
+ROWS = ("plain", "project-lazy", "project-jax", "project-jax-k4", "project-jax-k16", "project-default", TRAINER,
+        "eval-lazy", "eval-jax")
+EVAL_SHARE = 1 / 3  # a forward's FLOPs of a training step's (2N of 6N per token)
 SEVERAL = {"project-jax-k4": 4, "project-jax-k16": 16}
 NARROW = {"hidden_size": 64, "intermediate_size": 256, "num_attention_heads": 4, "vocab_size": 1024}
 MFU = 0.5
@@ -129,6 +135,8 @@ def one_row(row: str, steps: int, several: int = 1) -> dict:
         from .measure_trainer_tracing import trainer_row
 
         return trainer_row(steps)
+    if row.startswith("eval-"):
+        return eval_row(row, steps)
     device = devices.current_device()
     torch.manual_seed(BAKED.seed)
     model = make_graph_friendly(_model({**NARROW, "max_position_embeddings": max(512, LENGTH)}))
@@ -160,6 +168,31 @@ def one_row(row: str, steps: int, several: int = 1) -> dict:
             else:
                 train_step(_Accelerator, StepParts(model, optimizer, scheduler, clip, 1, whole), dict(batch), tracing)
             tracing.handed_over(several)
+            devices.discard_traced(device)
+        wall = time.perf_counter() - started
+    return figures(tracing, compiled["compilations"], wall, model)
+
+
+def eval_row(row: str, steps: int) -> dict:
+    """`steps` evaluation batches traced (and dropped) as the evaluation traces them: lazily, or as one JAX call."""
+    from {{ cookiecutter.project_slug }}.tasks import task
+    from {{ cookiecutter.project_slug }}.xla.jax_eval import WholeEval
+
+    device = devices.current_device()
+    torch.manual_seed(BAKED.seed)
+    model = make_graph_friendly(_model({**NARROW, "max_position_embeddings": max(512, LENGTH)})).to(device).eval()
+    batch = {name: tensor.to(device) for name, tensor in _batch(BATCH, LENGTH).items()}
+    valid = torch.ones(BATCH, dtype=torch.int64).to(device)
+    whole = WholeEval(model, task.eval_batch, torch.float32) if row == "eval-jax" else None
+    tracing = HostTracing()
+    with compilations.counting_compilations() as compiled, torch.no_grad():
+        started = time.perf_counter()
+        for _ in range(steps):
+            tracing.begin()
+            found = whole(batch, valid) if whole else task.eval_batch(model, batch, valid, torch.float32)
+            tracing.lap("forward")
+            tracing.handed_over()
+            del found
             devices.discard_traced(device)
         wall = time.perf_counter() - started
     return figures(tracing, compiled["compilations"], wall, model)

@@ -7,7 +7,7 @@ All rows are measured in one forked child, one after the other, so that their ra
 import pytest
 
 from . import isolation
-from .measure_host_tracing import BATCH, LENGTH, MFU, MODEL, ROWS, SEVERAL, all_rows
+from .measure_host_tracing import BATCH, EVAL_SHARE, LENGTH, MFU, MODEL, ROWS, SEVERAL, all_rows
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,8 @@ def test_host_against_chip(benchmark, profile, measured, row):
     else:
         benchmark.pedantic(lambda: None, rounds=1, iterations=1)  # measured with the first row, in the same child
     result, plain = measured["rows"][row], measured["rows"]["plain"]
-    chips = measured["chip_ms"]
+    # An evaluation batch against the chip's forward (EVAL_SHARE of the step), every other row against the step.
+    chips = {chip: ms * (EVAL_SHARE if row.startswith("eval-") else 1) for chip, ms in measured["chip_ms"].items()}
     # Each chip's host time a step: project-default's at the K auto chooses for that chip, every other row's its own.
     host = {chip: result["per_chip"][chip]["tracing_ms"] if "per_chip" in result else result["tracing_ms"] for chip in chips}
     benchmark.extra_info.update(
@@ -41,6 +42,8 @@ def test_host_against_chip(benchmark, profile, measured, row):
     assert result["tensors"] == plain["tensors"] and result["steps_timed"] >= 4
     assert result["tracing_ms"] > 0
     assert result["compilations"] == 0  # every traced step was dropped, never compiled (discard_traced)
+    if row.startswith("eval-"):  # one batch's trace: counted as the forward's phase
+        assert result["forward_ms"] > 0 and result["compilations"] == 0
     if row.startswith("project-jax") or row == "project-default":
         # The whole step is one call: nothing is traced op by op (the ratio's targets are the README's to report).
         assert result["forward_ms"] == result["backward_ms"] == result["optimizer_ms"] == 0 < result["whole_step_ms"]

@@ -87,11 +87,12 @@ class Tally:
         return counts, scores
 
 
-def evaluate(accelerator, model, loader, metric_dtype=torch.float32, on_step=None) -> dict:
+def evaluate(accelerator, model, loader, metric_dtype=torch.float32, on_step=None, whole=None) -> dict:
     """The task's metrics over real examples only (masked copies count for nothing), summed on the device.
 
     Every sum is a whole number (the loss in fixed point), so the result is exact in every precision level.
-    `on_step(step, batch)` runs after each synced step (the graph watch).
+    `on_step(step, batch)` runs after each synced step (the graph watch). `whole`: the task's eval_batch as one JAX
+    function (xla/jax_eval.py, with the JAX step), else it is traced op by op.
     """
     model.eval()
     device = accelerator.device
@@ -99,7 +100,8 @@ def evaluate(accelerator, model, loader, metric_dtype=torch.float32, on_step=Non
     for step, batch in enumerate(loader, start=1):
         valid = batch.pop(VALID)
         with torch.no_grad():
-            tally.add(task.eval_batch(model, batch, valid, metric_dtype), valid)
+            found = whole(batch, valid) if whole is not None else task.eval_batch(model, batch, valid, metric_dtype)
+            tally.add(found, valid)
         devices.sync(device)
         if on_step:
             on_step(step, batch)

@@ -37,6 +37,7 @@ class Loop:
         run.evaluation = evaluate(
             context.accelerator, self.parts.model, context.layout.eval_batches(self.parts.eval_loader),
             self.metric_dtype, on_step=lambda step, batch: callbacks.after_eval_step(run, step, batch),
+            whole=self.parts.whole_eval,
         )
         self.guard.check_evaluation(run, run.evaluation)  # a NaN stops the run before the epoch's checkpoint
         callbacks.after_evaluation(run)

@@ -47,6 +47,7 @@ class Prepared:
     whole_step: Callable | None = None  # the JAX step: the step as one JAX function (xla/jax_step.py)
     data_preparation: dict | None = None  # this process's seconds preparing the examples, and whether all were cached
     steps_per_call: int = 1  # optimizer steps in the next call of the JAX step (the loop sets it: loop/calls.py)
+    whole_eval: Callable | None = None  # with the JAX step: the eval batch as one JAX function (xla/jax_eval.py)
 
     @property
     def epochs(self) -> int:
@@ -150,7 +151,19 @@ def prepare(context: RunContext, model=None) -> Prepared:
         model, optimizer, scheduler, train_loader, eval_loader, tokenizer, data, train_examples, collator,
         steps_per_epoch, batch_size, replicas, accumulation, optimizer_steps, clip,
         whole_step(context, optimizer, accumulation), {"seconds": seconds, "from_cache": cached},
+        whole_eval=whole_eval(context),
     )
+
+
+def whole_eval(context: RunContext):
+    """The eval batch as one JAX function wherever the step is one (config/step_function.py chose it); None else."""
+    if not context.step.whole:
+        return None
+    from ..xla.jax_eval import WholeEval
+
+    autocast = torch.bfloat16 if context.precision.autocast else None
+    return WholeEval(context.layout.plain_model(context.accelerator), task.eval_batch,
+                     precision.metric_dtype(context.precision), autocast)
 
 
 def whole_step(context: RunContext, optimizer, accumulation: int):
