@@ -280,7 +280,8 @@ main(sys.argv[1:])
 def test_the_tpu_compiler_checks_a_narrowed_model_in_both_layouts(tmp_path):
     """--compile on a 1-layer model 32 wide (seconds a slice): the compiler's arguments are the estimate's weights
     and AdamW moments (a few tiles of padding apart), four chips under fsdp each hold a quarter of them, and the same
-    plan asked again reads the compiler's answer from its cache instead of compiling."""
+    plan asked again reads the compiler's answer from its cache instead of compiling; with --steps_per_execution 4
+    the call of 4 steps is compiled too."""
     pytest.importorskip("libtpu", reason="the plan extra is not installed here (pip install -e '.[plan]' runs this test)")
     folder = config_folder(tmp_path / "model", TINY)
 
@@ -323,6 +324,11 @@ def test_the_tpu_compiler_checks_a_narrowed_model_in_both_layouts(tmp_path):
             assert found is None
     again = compiled("fsdp")["compiler"]
     assert again["cached"].startswith(str(tmp_path / "cache"))
+    # --steps_per_execution 4: the call of 4 steps compiled beside one step's, its peak holding 4 batches.
+    several = compiled("data", "--steps_per_execution", "4", "--logging_steps", "8")["compiler"]
+    calls = several["several_steps"]
+    assert calls["steps_per_call"] == 4 and calls["fits"] is None and calls["compile_seconds"] > 0
+    assert several["peak_bytes"] < calls["peak_bytes"], (several["peak_bytes"], calls)
     assert {**again, "cached": None} == {**plans["fsdp"]["compiler"], "cached": None}
     # Two micro-batches scanned, each layer under jax.checkpoint: the compiler counts the scan's body once (one
     # micro-batch of the same per-chip size, its forward run twice: more FLOPs than the plain step's), and the

@@ -41,12 +41,22 @@ def add_compiles(report: dict, chosen: list, model, config: TrainConfig, recipe:
             said = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
             raise CompileFailed(f"compile for {target.name}: {said}") from error
         with_compiler(report["targets"][target.name], compiled, target.chip)
+        if (steps := several(config)) > 1:  # --steps_per_execution K: its call compiled too, beside one step's
+            say(f"compiling the call of {steps} steps for {target.name}...")
+            calls = compile_for(model, config, recipe, target, cache, steps)
+            report["targets"][target.name]["compiler"]["several_steps"] = {
+                "steps_per_call": steps, **{key: calls.get(key) for key in ("peak_bytes", "fits", "compile_seconds")}}
         if recipe.layout == "data" and config.step_function != "lazy":
             rehearsed.record_compiled(cache, rehearsed.recipe_key(model, recipe, config), target,
                                       report["targets"][target.name]["compiler"])
 
 
-def compile_for(model, config: TrainConfig, recipe: estimate.Recipe, target, cache: Path) -> dict:
+def several(config: TrainConfig) -> int:
+    """--steps_per_execution as a number: auto is 1 here (on a TPU the run measures its K: loop/calls.py)."""
+    return step_function.steps_asked(config) or 1
+
+
+def compile_for(model, config: TrainConfig, recipe: estimate.Recipe, target, cache: Path, steps: int = 1) -> dict:
     import torch
 
     from .loop.optimizers import make_optimizer, parameter_groups
@@ -67,7 +77,7 @@ def compile_for(model, config: TrainConfig, recipe: estimate.Recipe, target, cac
         autocast_dtype=torch.bfloat16 if recipe.level == "bf16" else None,
         rows={name: group_of[id(p)] for name, p in trainable.items()},
         constants=tuple((*group["betas"], group["eps"]) for group in optimizer.param_groups),
-        max_grad_norm=config.max_grad_norm or None,
+        max_grad_norm=config.max_grad_norm or None, steps=steps,
     )
 
 

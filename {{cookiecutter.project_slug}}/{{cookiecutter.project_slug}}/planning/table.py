@@ -60,6 +60,12 @@ def table(report: dict) -> str:
                                             else f"{ratio:.2f}"))
         row("compiler FLOPs per device", compiled("flops", lambda flops: f"{flops:.3g}" if flops else "-"))
         row("compile seconds", compiled("compile_seconds", lambda seconds: f"{seconds:.0f}"))
+        if any((report["targets"][name]["compiler"] or {}).get("several_steps") for name in names):
+            call = lambda show: lambda t: show(t["compiler"]["several_steps"]) if (t["compiler"] or {}).get(  # noqa: E731
+                "several_steps") else "-"
+            row("compiler: a call of K steps", call(lambda found: f"K = {found['steps_per_call']}"))
+            row("  peak per device (K batches)", call(lambda found: gib(found["peak_bytes"])))
+            row("  compile seconds", call(lambda found: f"{found['compile_seconds']:.0f}"))
     width = max(len(label) for label, _ in rows)
     columns = [max(len(values[index]) for _, values in rows) for index in range(len(names))]
     return "\n".join(f"{label:<{width}}  " + "  ".join(f"{value:>{columns[i]}}" for i, value in enumerate(values))

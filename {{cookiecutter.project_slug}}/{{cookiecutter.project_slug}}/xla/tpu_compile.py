@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from .jax_step import step_function, step_inputs
+from .several_steps import several_steps
 from .runtime import torchax_for_the_jax_step
 
 # What libtpu says when a step does not fit: "Ran out of memory in memory space hbm. Used 19.98G of 15.75G hbm."
@@ -53,7 +54,7 @@ def topology_devices(topology: str, chips_per_host_bounds: tuple):
 
 def compile_step(model, batch: dict, *, topology: str, chips_per_host_bounds: tuple, shard_weights: bool,
                  autocast_dtype=None, rows: dict, constants: tuple, max_grad_norm: float | None, accumulation: int = 1,
-                 scan_layers: bool = False,
+                 scan_layers: bool = False, steps: int = 1,
                  cache: Path | None = None) -> dict:
     """Compile the step for the slice and return the compiler's figures per chip.
 
@@ -61,7 +62,8 @@ def compile_step(model, batch: dict, *, topology: str, chips_per_host_bounds: tu
     of the global batch (all `accumulation` micro-batches of it), split over every chip along its first dimension. `shard_weights`: FSDPv2's layout, every
     weight (and its moments) split over the chips (spec() says along which dimension); else each chip holds them
     whole (the data layout). `rows`: each trainable weight's optimizer row (its param group); `constants`: each
-    row's (beta1, beta2, eps). `cache`: a folder of earlier answers (JSON), keyed by everything the compile reads,
+    row's (beta1, beta2, eps). `steps`: --steps_per_execution's K, the call of K steps (several_steps.py) over K such
+    batches. `cache`: a folder of earlier answers (JSON), keyed by everything the compile reads,
     this module's and jax_step.py's code and the jax and libtpu releases among it: a plan asked again (another
     batch's estimate, a benchmark run again) does not wait minutes for the same compile.
     """
@@ -72,7 +74,7 @@ def compile_step(model, batch: dict, *, topology: str, chips_per_host_bounds: tu
 
     key = _cache_key(model, batch, topology, chips_per_host_bounds, shard_weights, autocast_dtype, rows, constants,
                      max_grad_norm, *([accumulation] if accumulation > 1 else []),  # an earlier answer's key unchanged
-                     *(["scan_layers"] if scan_layers else []))
+                     *(["scan_layers"] if scan_layers else []), *([f"steps={steps}"] if steps > 1 else []))
     found = cache / f"{key}.json" if cache else None
     if found and found.is_file():
         return {**json.loads(found.read_text()), "cached": str(found)}
@@ -106,6 +108,11 @@ def compile_step(model, batch: dict, *, topology: str, chips_per_host_bounds: tu
     moving = abstract((len(constants), 3), torch.float32)
     seed = abstract((2,), torch.int32)
     function = step_function(model, trainable, autocast_dtype, scan_layers)
+    if steps > 1:  # K batches, K rows of moving numbers and K (seed, count, real) triples
+        function = several_steps(function, list(buffers))
+        inputs = [dict(inputs) for _ in range(steps)]
+        moving = abstract((steps, len(constants), 3), torch.float32)
+        seed = abstract((steps, 3), torch.int32)
 
     def step(trainable, frozen, moments, batch, moving, seed):
         return function(trainable, frozen, moments, batch, moving, seed, rows, constants, max_grad_norm, accumulation)
@@ -129,8 +136,9 @@ def compile_step(model, batch: dict, *, topology: str, chips_per_host_bounds: tu
     return _kept(found, {
         **_figures(memory, cost), "compile_seconds": round(seconds, 1), "chips": chips, "topology": topology, "fits": None,
         # XLA's cost analysis counts a loop's body once: with accumulation its FLOPs and bytes are one micro-batch's
-        # pass and the update (plan_cli.with_compiler times them by this for the step).
-        "micro_batches": accumulation,
+        # pass and the update (plan_cli.with_compiler times them by this for the step); a call of several steps is
+        # a loop too, counted as one step.
+        "micro_batches": accumulation, "steps_per_call": steps,
     })
 
 
@@ -164,7 +172,7 @@ def _cache_key(model, batch, *settings) -> str:
     config = {key: value for key, value in model.config.to_dict().items() if key != "_name_or_path"}
     inputs = [(name, list(t.shape), str(t.dtype), name in trainable) for name, t in {**trainable, **frozen}.items()]
     code = [(Path(__file__).parent / name).read_bytes()
-            for name in ("tpu_compile.py", "jax_step.py", "model_in_trace.py", "runtime.py")]
+            for name in ("tpu_compile.py", "jax_step.py", "several_steps.py", "model_in_trace.py", "runtime.py")]
     recomputed = sorted({type(module).__name__ for module in model.modules() if getattr(module, "gradient_checkpointing", False) is True})
     material = json.dumps([config, inputs, {name: [list(shape), str(dtype)] for name, (shape, dtype) in batch.items()},
                            [str(setting) for setting in settings] + recomputed, version("jax"), version("libtpu"),
