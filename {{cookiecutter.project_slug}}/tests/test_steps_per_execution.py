@@ -12,7 +12,7 @@ import json
 
 import pytest
 import torch
-from conftest import python_command, run, spmd_env
+from conftest import PRECISION_FLAGS, child_env, python_command, readme_flags, run, spmd_env, train
 
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig, step_function
 from {{ cookiecutter.project_slug }}.loop import calls
@@ -68,6 +68,9 @@ def test_four_steps_a_call_train_as_one_step_a_call(pair):
     size = sum(float(weights[1][name].float().norm()) ** 2 for name in weights[1]) ** 0.5
     assert difference <= 1e-5 * size, (difference, size)
     assert four["xla_compilations"] <= one["xla_compilations"] + 1 and four["recompilations"] == 0
+    # 12 steps in 5 calls of 4 (4, 1 | 3, 2 | 2): 8 steps masked; one step a call masks none.
+    assert four["steps_per_execution_calls"]["calls"] == 5 and four["steps_per_execution_calls"]["masked_steps"] == 8
+    assert one["steps_per_execution_calls"]["calls"] == 12 and one["steps_per_execution_calls"]["masked_steps"] == 0
 
 
 @pytest.mark.xla
@@ -140,3 +143,19 @@ def test_calls_end_where_a_log_or_checkpoint_is_due_and_at_the_epoch_s_end():
     assert sizes == [3, 2]
     sizes = [len(call) for call in group.groups(iter(range(5)), 10, 2, 5)]  # --max_steps 12 inside the third
     assert sizes == [2]
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+@pytest.mark.machinery
+def test_the_demo_with_four_steps_a_call_ends_at_the_same_eval_loss(demo_report, tmp_path):
+    """The README's demo at the default bf16, dropout on, with --steps_per_execution 4 (its logs every 10 steps moved
+    to every 12, said in a line): every evaluation's loss is the one-step-a-call demo's, and no graph more."""
+    one, _ = demo_report("bf16")
+    four, result = train(tmp_path, *readme_flags("the demo"), *PRECISION_FLAGS["bf16"], "--checkpoint", "false",
+                         "--max_recompilations", "0", "--steps_per_execution", "4", env=child_env(long=True))
+    assert "logging_steps: 12, not 10: logs fall between calls of 4 steps" in result.stdout
+    assert four["steps_per_execution"] == 4 and four["logging"]["logging_steps"] == 12
+    assert [e["eval_loss"] for e in four["evaluations"]] == pytest.approx([e["eval_loss"] for e in one["evaluations"]],
+                                                                          rel=1e-6)
+    assert four["xla_compilations"] <= one["xla_compilations"] and four["recompilations"] == 0

@@ -32,6 +32,7 @@ class Calls:
         self.measuring = choice.steps is None  # auto on a TPU: decided after PROBE_CALLS calls
         self.periods = [period for period in periods if period]
         self.say = say
+        self.calls = self.masked = 0  # calls made, and the steps masked in them (short calls: due steps, ends)
 
     def due(self, global_step: int) -> bool:
         return any(global_step % period == 0 for period in self.periods)
@@ -45,6 +46,8 @@ class Calls:
         for index, batch in enumerate(batches, start=1):
             group.append(batch)
             if len(group) >= self.steps or index == steps or self.due(first_step + index):
+                self.calls += 1
+                self.masked += self.steps - len(group)
                 yield group
                 group = []
             if index == steps < total:
@@ -64,7 +67,10 @@ class Calls:
         self.say(f"steps_per_execution: {self.steps} ({self.why})")
 
     def report(self) -> dict:
-        return {"steps_per_execution": self.steps, "steps_per_execution_why": self.why}
+        """The steps a call, why, and the calls made: a short one's remaining steps masked in the same graph."""
+        return {"steps_per_execution": self.steps, "steps_per_execution_why": self.why,
+                "steps_per_execution_calls": {"calls": self.calls, "masked_steps": self.masked,
+                                              "how": "each call's graph is the same: a short call's steps are masked"}}
 
 
 def choose(host_seconds: float, chip_seconds: float, periods: list) -> tuple[int, str]:

@@ -23,7 +23,7 @@ TASK_FIELDS = ("eval_accuracy", "eval_macro_f1", "eval_roc_auc", "eval_loss", "e
 FIELDS = (
     "device", "distributed_type", "num_processes", "epochs", "train_examples", "train_batch", "steady_examples_per_second",
     "examples_per_second_with_compilation", "host_tracing_seconds_per_step", "step_function", "step_function_why",
-    "steps_per_execution", "steps_per_execution_why", "learning_rate", *TASK_FIELDS,
+    "steps_per_execution", "steps_per_execution_why", "steps_per_execution_calls", "learning_rate", *TASK_FIELDS,
     "xla_compilations", "recompilations", "compile_seconds", "compilation_cache", "precision", "model", "parameters", "data",
     "checkpoint", "checkpoint_seconds", "flops", "logging", "curves", "profile",
 )
