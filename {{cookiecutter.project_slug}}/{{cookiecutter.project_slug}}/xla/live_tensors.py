@@ -71,6 +71,9 @@ def _phase() -> tuple[str, dict | None]:
         for ending, kind in PHASES:
             if path.endswith(ending):
                 batch = frame.f_locals.get("batch")
+                group = frame.f_locals.get("group")  # a training call's batches (fit.py): their first one's shapes
+                if isinstance(group, list) and group:
+                    batch = group[0]
                 shapes = {name: list(value.shape) for name, value in batch.items() if hasattr(value, "shape")} \
                     if hasattr(batch, "items") else None
                 return kind, shapes
