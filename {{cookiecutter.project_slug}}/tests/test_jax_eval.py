@@ -60,10 +60,10 @@ def batches():
 
 accelerator = SimpleNamespace(device=device, num_processes=1)
 results, graphs = {}, {}
-for name, whole in (("lazy", None), ("jax", WholeEval(model, task.eval_batch, torch.float32))):
+for name, whole in (("lazy", None), ("jax", WholeEval(model, task.eval_batch, torch.float32))):  # lazy: float32
     for round in range(2):  # the second evaluation compiles nothing
         before = met.counter_value("UncachedCompile") or 0
-        results[name] = evaluate(accelerator, model, batches(), torch.float32, whole=whole)
+        results[name] = evaluate(accelerator, model, batches(), whole)
         graphs[f"{name}-{round}"] = (met.counter_value("UncachedCompile") or 0) - before
 print(json.dumps({"results": results, "graphs": graphs}, default=lambda value: value.tolist()))
 """

@@ -116,11 +116,8 @@ class TrainConfig(Grouped):
         "jax traces the whole step once as a JAX function and replays it (needs jax, in the tpu and xla-cpu extras); "
         "lazy traces every operation in Python every step; auto takes jax wherever it can run and says why where "
         "it cannot (docs/chip-waiting.md)."})
-    steps_per_execution: str = field(default="auto", metadata={"help": "Optimizer steps in one call of the JAX step: "
-        "auto or a whole number K. K steps a call cost the host about what one does, so the chip stops waiting on it "
-        "(v6e, TPU7x); logs, checkpoints, evaluations and a stop then fall between calls (their intervals must be "
-        "multiples of K). auto: 1 on XLA:CPU and with the lazy step; on a TPU the smallest K that brings the host's "
-        "share of a step below half (docs/chip-waiting.md)."})
+    steps_per_execution: str = field(default="auto", metadata={"help": "Optimizer steps a call of the JAX step: auto or K "
+        "(logs, saves, evaluations fall between calls); auto: 1 on XLA:CPU, on a TPU measured (docs/chip-waiting.md)."})
     max_grad_norm: float = field(
         default=1.0, metadata={"help": "Clip the gradients' global norm to this, in the graph (transformers' Trainer's "
                                        "default); 0 turns clipping off."}

@@ -6,6 +6,7 @@ are kept row by row. A name given but not declared, or declared but not given, s
 batch; a name that metrics() reads and nobody gave is a KeyError.
 """
 
+import functools
 import math
 
 import torch
@@ -87,21 +88,22 @@ class Tally:
         return counts, scores
 
 
-def evaluate(accelerator, model, loader, metric_dtype=torch.float32, on_step=None, whole=None) -> dict:
+def evaluate(accelerator, model, loader, eval_batch=None, on_step=None) -> dict:
     """The task's metrics over real examples only (masked copies count for nothing), summed on the device.
 
     Every sum is a whole number (the loss in fixed point), so the result is exact in every precision level.
-    `on_step(step, batch)` runs after each synced step (the graph watch). `whole`: the task's eval_batch as one JAX
-    function (xla/jax_eval.py, with the JAX step), else it is traced op by op.
+    `eval_batch(batch, valid)`: one batch's counts and scores, by default the task's eval_batch traced op by op in
+    float32 (the loop gives its precision's metric dtype, or the same as one JAX function: xla/jax_eval.py).
+    `on_step(step, batch)` runs after each synced step (the graph watch).
     """
+    eval_batch = eval_batch or functools.partial(task.eval_batch, model, metric_dtype=torch.float32)
     model.eval()
     device = accelerator.device
     tally = Tally(device)
     for step, batch in enumerate(loader, start=1):
         valid = batch.pop(VALID)
         with torch.no_grad():
-            found = whole(batch, valid) if whole is not None else task.eval_batch(model, batch, valid, metric_dtype)
-            tally.add(found, valid)
+            tally.add(eval_batch(batch, valid), valid)
         devices.sync(device)
         if on_step:
             on_step(step, batch)

@@ -5,6 +5,8 @@ It only trains and evaluates: checkpoints, preemption, the metrics log and the g
 (callbacks.py); training.py builds what it is given.
 """
 
+import functools
+
 from tqdm.auto import tqdm
 
 from ..fault_tolerance.loss_guard import LossGuard
@@ -34,10 +36,11 @@ class Loop:
     def evaluate_now(self, run: RunState) -> dict:
         """The eval set's metrics now (after an epoch, or every --eval_steps), kept in the run's evaluations."""
         context, callbacks = self.context, self.callbacks
+        eval_batch = self.parts.whole_eval or functools.partial(task.eval_batch, self.parts.model,
+                                                                metric_dtype=self.metric_dtype)
         run.evaluation = evaluate(
-            context.accelerator, self.parts.model, context.layout.eval_batches(self.parts.eval_loader),
-            self.metric_dtype, on_step=lambda step, batch: callbacks.after_eval_step(run, step, batch),
-            whole=self.parts.whole_eval,
+            context.accelerator, self.parts.model, context.layout.eval_batches(self.parts.eval_loader), eval_batch,
+            on_step=lambda step, batch: callbacks.after_eval_step(run, step, batch),
         )
         self.guard.check_evaluation(run, run.evaluation)  # a NaN stops the run before the epoch's checkpoint
         callbacks.after_evaluation(run)

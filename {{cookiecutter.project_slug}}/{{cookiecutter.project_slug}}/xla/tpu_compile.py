@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 
 from .jax_step import step_function, step_inputs
-from .several_steps import several_steps
 from .runtime import torchax_for_the_jax_step
+from .several_steps import several_steps
 
 # What libtpu says when a step does not fit: "Ran out of memory in memory space hbm. Used 19.98G of 15.75G hbm."
 # (G: GiB; v5e's 16 GiB offer 15.75 to a program.)
