@@ -74,11 +74,16 @@ def test_the_default_is_bf16_compute_on_float32_weights_in_two_graphs(demo_repor
 
 # A run whose evaluation covers at least 400 examples (the training set), keeping every per-example loss the device
 # computed before it was summed (as outputs of the same eval graph: read once, after the run), and the weights the
-# model started from.
+# model started from. Its evaluation is traced op by op, so that the losses can be kept as they are computed: the
+# JAX evaluation (the default with the JAX step) computes them inside one function, and gives the same metrics
+# (tests/test_jax_eval.py).
 RECORDING = """
 import sys, torch
 from {{ cookiecutter.project_slug }} import cli
+from {{ cookiecutter.project_slug }}.loop import preparation
 from {{ cookiecutter.project_slug }}.tasks import task
+
+preparation.whole_eval = lambda context: None
 
 record, *argv = sys.argv[1:]
 losses, original_load, original_fixed, original_build = [], task.load_examples, task.finite_to_fixed, task.build_model

@@ -23,10 +23,16 @@ from ..xla import device as devices
 
 
 class Step(NamedTuple):
-    loss: object  # the micro-batches' mean loss, detached and lazy; a call of several steps: each step's, a vector
-    grad_norm: object | None  # the gradients' global norm before clipping (lazy); None without clipping; several: the last's
-    rates: list | None = None  # several steps in one call: the learning rate each real step used (host floats)
-    real: object = None  # several steps in one call: 1 for each real step, 0 for a masked one (lazy)
+    loss: object  # the micro-batches' mean loss, detached and lazy
+    grad_norm: object | None  # the gradients' global norm before clipping (lazy); None without clipping
+
+
+class Call(NamedTuple):
+    """A call of several optimizer steps (--steps_per_execution): what its steps give, lazy unless said."""
+    loss: object  # each step's loss, a vector (a masked step's too)
+    grad_norm: object | None  # the last real step's gradient norm before clipping; None without clipping
+    rates: list  # the learning rate each real step used (host floats)
+    real: object  # 1 for each real step, 0 for a masked one
 
 
 _indices = {}  # (device, N) -> the micro-batches' indices, on the device as data: one graph for every micro-batch
@@ -44,8 +50,8 @@ class StepParts(NamedTuple):
 
 
 def train_step(accelerator, parts: StepParts, batch, tracing=None):
-    """One call: `batch` is one step's batch, or (--steps_per_execution) a list of at most `parts.steps_per_call`
-    batches, one optimizer step each in one call of the JAX step (xla/several_steps.py).
+    """One call: `batch` is one step's batch (a Step comes back), or (--steps_per_execution) a list of at most
+    `parts.steps_per_call` batches, one optimizer step each in one call of the JAX step (xla/several_steps.py: a Call).
 
     One optimizer step over the batch's `parts.accumulation` micro-batches: a Step of their mean loss and the
     gradients' norm before clipping, both detached and still lazy (the caller decides when to sync).
@@ -64,7 +70,7 @@ def train_step(accelerator, parts: StepParts, batch, tracing=None):
             one.pop(VALID, None)
         losses, norms, last_norm, rates, real = parts.whole_step.several(batch, scheduler, parts.steps_per_call)
         tracing.lap("whole_step")
-        return Step(losses, last_norm, rates, real)
+        return Call(losses, last_norm, rates, real)
     batch.pop(VALID, None)
     if parts.whole_step is not None:
         loss, grad_norm = parts.whole_step(batch)
