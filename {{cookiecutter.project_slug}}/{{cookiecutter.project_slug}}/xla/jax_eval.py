@@ -15,8 +15,7 @@ import contextlib
 import torch
 
 from .model_in_trace import autocast, plain_forwards
-from .runtime import torchax_for_the_jax_step
-from .sharding import replicate_under_spmd
+from .runtime import ready_for_a_jax_call
 
 
 class WholeEval:
@@ -27,21 +26,11 @@ class WholeEval:
     the original forward runs, under torchax's autocast when `autocast_dtype` is given)."""
 
     def __init__(self, model, eval_batch, metric_dtype, autocast_dtype=None):
-        import os
-
-        import torch_xla
         from torch_xla.core.xla_builder import JaxCallable
 
-        torchax_for_the_jax_step()
-        if os.environ.get("PJRT_DEVICE", "").upper() == "CPU":  # as jax_step.WholeStep: jax's CPU, not libtpu
-            import jax
-
-            jax.config.update("jax_platforms", "cpu")
         self.model = model
         self.inputs = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-        for tensor in self.inputs.values():  # as WholeStep: an unmarked input would come out marked, another graph
-            if not torch_xla._XLAC._get_xla_sharding_spec(tensor):
-                replicate_under_spmd(tensor)
+        ready_for_a_jax_call(list(self.inputs.values()))
         self.callable = JaxCallable(eval_function(model, eval_batch, metric_dtype, autocast_dtype))
 
     @torch.no_grad()

@@ -13,15 +13,13 @@ they read the lazy step's. Its moving numbers reach the device as one float32 te
 """
 
 import contextlib
-import os
 
 import torch
 
 from .device import device_values
 from .model_in_trace import autocast, plain_forwards, recomputed_layers, scanned_layers
-from .runtime import torchax_for_the_jax_step
-from .several_steps import SeveralSteps, several_steps
-from .sharding import replicate_under_spmd
+from .runtime import ready_for_a_jax_call
+from .several_steps import SeveralSteps, seed_row, several_steps
 
 
 class WholeStep(SeveralSteps):
@@ -34,24 +32,12 @@ class WholeStep(SeveralSteps):
     """
 
     def __init__(self, model, optimizer, max_grad_norm: float | None, autocast_dtype=None, accumulation: int = 1):
-        import torch_xla
         from torch_xla.core.xla_builder import JaxCallable
 
-        torchax_for_the_jax_step()
-        if os.environ.get("PJRT_DEVICE", "").upper() == "CPU":
-            # jax lowers the function for torch_xla's platform: on the CPU, its own CPU. Left to choose, it first tries
-            # the TPU plugin libtpu (the plan extra installs it), which prints a page of errors where there is no TPU.
-            import jax
-
-            jax.config.update("jax_platforms", "cpu")
         self.model, self.optimizer = model, getattr(optimizer, "optimizer", optimizer)
         self.max_grad_norm, self.accumulation = max_grad_norm, accumulation
         self.trainable, self.frozen = step_inputs(model)
-        # Under SPMD, an input without a sharding (FSDPv2 leaves buffers unmarked) comes out of the first step
-        # marked replicated, and the second step was another graph: marked so from the start.
-        for tensor in [*self.trainable.values(), *self.frozen.values()]:
-            if not torch_xla._XLAC._get_xla_sharding_spec(tensor):
-                replicate_under_spmd(tensor)
+        ready_for_a_jax_call([*self.trainable.values(), *self.frozen.values()])
         group_of = {id(p): index for index, group in enumerate(self.optimizer.param_groups) for p in group["params"]}
         missing = [name for name, p in self.trainable.items() if id(p) not in group_of]
         if missing:
@@ -73,7 +59,7 @@ class WholeStep(SeveralSteps):
         # A new dropout mask every step, reproducible: torch's seed (set_seed) and the step count, as data. Derived
         # rather than drawn from torch's generator, so that the host's random stream (data order) is the lazy
         # step's, and a resumed run draws the masks the uninterrupted one would have.
-        seed = device_values([torch.initial_seed() % (2 ** 31), keys[0][1] % (2 ** 31)], torch.int32, device)
+        seed = device_values(seed_row(keys[0][1]), torch.int32, device)
         loss, norm, new, changed = self.callable(*self._inputs(names, states, batch, keys, rows), moving, seed,
                                                  *self._structure(names, keys, rows))
         self._write_back(names, states, new, changed)

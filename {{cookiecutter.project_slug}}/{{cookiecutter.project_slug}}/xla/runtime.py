@@ -109,3 +109,24 @@ def torchax_for_the_jax_step() -> None:
     # compile of bert-base-cased's step (16 x 128, bf16) for a v5e was stopped after 25 minutes; with this, 103 s (a
     # 1-layer BERT: 111 s against 21 s). Its masks are as random for dropout. Set once a process: jax's global default.
     jax.config.update("jax_default_prng_impl", "unsafe_rbg")
+
+
+def ready_for_a_jax_call(tensors: list) -> None:
+    """What a JAX function called through torch_xla needs (the step's, jax_eval.py's): torchax set up, jax on this
+    process's platform, and every input marked with a sharding."""
+    import torch_xla
+
+    from .sharding import replicate_under_spmd
+
+    torchax_for_the_jax_step()
+    if os.environ.get("PJRT_DEVICE", "").upper() == "CPU":
+        # jax lowers the function for torch_xla's platform: on the CPU, its own CPU. Left to choose, it first tries
+        # the TPU plugin libtpu (the plan extra installs it), which prints a page of errors where there is no TPU.
+        import jax
+
+        jax.config.update("jax_platforms", "cpu")
+    # Under SPMD, an input without a sharding (FSDPv2 leaves buffers unmarked) comes out of the first call marked
+    # replicated, and the second call was another graph: marked so from the start.
+    for tensor in tensors:
+        if not torch_xla._XLAC._get_xla_sharding_spec(tensor):
+            replicate_under_spmd(tensor)

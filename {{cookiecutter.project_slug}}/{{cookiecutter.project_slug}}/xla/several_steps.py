@@ -18,6 +18,11 @@ import torch
 from .device import device_values
 
 
+def seed_row(count: int) -> list:
+    """A step's dropout key as data: torch's seed (set_seed) and the step's count."""
+    return [torch.initial_seed() % (2 ** 31), count % (2 ** 31)]
+
+
 def several_steps(one_step, buffers: list):
     """`one_step` (jax_step.step_function's function) scanned over K steps:
     `(trainable, frozen, moments, batches, moving, seeds, rows, constants, max_norm, accumulation=1)
@@ -81,10 +86,10 @@ class SeveralSteps:
                 scheduler.step()
             else:
                 moving.append(moving[-1])
-            seeds.append([torch.initial_seed() % (2 ** 31), (keys[0][1] + index) % (2 ** 31), int(index < real)])
+            seeds.append([*seed_row(keys[0][1] + index), int(index < real)])
         moving = device_values(moving, torch.float32, device)
         seeds = device_values(seeds, torch.int32, device)
-        batches = padded(batches, self.spares, steps)
+        batches = padded(batches, self.spares, steps)  # there are enough: `steps` was cut to the spares above
         losses, norms, last, new, changed = self.several_callable(
             *self._inputs(names, states, batches, keys, rows), moving, seeds, *self._structure(names, keys, rows))
         self._write_back(names, states, new, changed)
@@ -92,12 +97,9 @@ class SeveralSteps:
         return losses, norms, last if self.max_grad_norm is not None else None, rates, seeds[:, 2]
 
 
-
 def padded(batches: list, spares: list, steps: int) -> list:
     """`batches` made up to `steps` with batches the device already holds (`spares`, an earlier call's): distinct
     tensors of the same shapes and shardings, so the call is the graph a full one is (the same tensor twice, or a new
     one made on the device, would be another graph). Their steps are masked."""
     missing = steps - len(batches)
-    if missing and len(spares) < missing:
-        raise ValueError("no earlier call's batches to pad this call with")
     return [*batches, *spares[len(spares) - missing:]] if missing else list(batches)
