@@ -83,8 +83,9 @@ mutation: env ## Named mutations of the modules whose tests train little, each a
 notebook: env ## Rebuild the template's notebook with nbformat (never edit the .ipynb by hand)
 	$(PY) tools/build_notebook.py
 
-results: demo ## Put the latest quick benchmark tables (written by make test) into docs/, and the demo's curves into README.md
+results: demo ## The reference benchmark run from make test's results (docs/benchmarks.md, each bake's page), the models table, the demo's curves
 	$(PY) tools/update_readme_results.py
+	$(PY) tools/reference_run.py
 
 clean: ## Remove baked output (keeps the environment)
 	rm -rf $(BUILD)

@@ -45,6 +45,12 @@ TASK_FILES = {
 BENCHMARK_FILES = (
     "benchmarks",
     "docs/benchmarks.md",
+    "docs/benchmark-tables.md",
+    "docs/reference-results.json",
+    "docs/benchmarks-eval-batching.png",
+    "docs/benchmarks-padding.png",
+    "docs/benchmarks-precision.png",
+    "tests/test_benchmark_page.py",
     ".github/workflows/benchmarks.yml",
     "tests/test_benchmark_logic.py",
     f"{ANSWERS['project_slug']}/watch/memory.py",
@@ -71,6 +77,17 @@ def remove_other_tasks(answers, root: Path) -> None:
     for task, paths in TASK_FILES.items():
         if task != answers["task"]:
             remove(paths, root)
+
+
+def place_the_reference_run(answers, root: Path) -> None:
+    """docs/reference/<task>/ holds the template's reference benchmark run of each task (reference-results.json) and
+    the page it draws (benchmarks.md, its pictures, its full tables): the project keeps its task's, in docs/."""
+    folder = root / "docs" / "reference"
+    if not folder.is_dir():
+        return
+    for path in (folder / answers["task"]).iterdir():
+        shutil.move(str(path), str(root / "docs" / path.name))
+    shutil.rmtree(folder)
 
 
 def remove_benchmarks_if_unwanted(answers, root: Path) -> None:
@@ -156,6 +173,7 @@ def main() -> None:
     root = Path.cwd()
     remove_unchosen_variants(ANSWERS, root)
     remove_other_tasks(ANSWERS, root)
+    place_the_reference_run(ANSWERS, root)
     remove_benchmarks_if_unwanted(ANSWERS, root)
     record_answers_for_cruft(ANSWERS, root)
     print(next_steps(ANSWERS))

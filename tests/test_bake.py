@@ -20,7 +20,7 @@ NOTEBOOK_ONLY = {"train_on_tpu.ipynb", "tests/test_notebook.py", "PKG/launch/lau
 SCRIPT_ONLY = {"train.py", "tests/test_script.py"}
 BENCHMARKS_ONLY_PREFIXES = (
     "benchmarks/", ".github/workflows/benchmarks.yml", "tests/test_benchmark_logic.py", "PKG/watch/memory.py",
-    "docs/benchmarks.md",
+    "docs/benchmarks", "docs/benchmark-tables.md", "docs/reference-results.json", "tests/test_benchmark_page.py",
 )
 # Each task's own files (the post-gen hook keeps the chosen task's).
 TASK_ONLY = {
@@ -89,6 +89,10 @@ def expected_files(answers: dict, slug: str) -> set[str]:
     for other, only in TASK_ONLY.items():
         if other != task:
             files -= named(only)
+    # Each task's reference benchmark run and the page it draws (docs/reference/<task>/): the hook moves the task's
+    # into docs/ and drops the folder.
+    reference = {name for name in files if name.startswith("docs/reference/")}
+    files = (files - reference) | {"docs/" + name.split("/", 3)[3] for name in reference if name.split("/")[2] == task}
     if not answers.get("include_benchmarks", True):
         files = {name for name in files if not name.startswith(tuple(named(BENCHMARKS_ONLY_PREFIXES)))}
     return files
@@ -120,8 +124,8 @@ def test_the_default_name_fits_the_task(bake, task, slug):
 def test_nothing_left_unrendered(baked):
     _, project = baked
     for path in project.rglob("*"):
-        # A chat template (.jinja) is Jinja by design, copied without rendering (cookiecutter.json).
-        if path.is_file() and path.suffix not in (".csv", ".jinja"):
+        # A chat template (.jinja) is Jinja by design, copied without rendering (cookiecutter.json); a PNG is no text.
+        if path.is_file() and path.suffix not in (".csv", ".jinja", ".png"):  # and the benchmark page's pictures
             text = path.read_text(encoding="utf-8")
             assert not UNRENDERED.search(text), f"{path.relative_to(project)} holds an unrendered Jinja tag"
 

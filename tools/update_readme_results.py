@@ -1,14 +1,6 @@
-"""Put the latest quick-profile tables (written by `make test`) into docs/benchmarks.md, one section per task.
+"""Put the latest results `make test` and `make demo` leave into the docs: the Models table and the demo's picture.
 
-benchmark-results/summary.md is the default (text-classification) bake's; benchmark-results/causal-lm/ the
-causal-LM bake's; each one's alone/ holds the benchmarks `make test` times last, with nothing else running (the
-loops timed against each other).
-
-The README shows the suite's own view (at most 8 columns a table, each with the sentence it supports);
-the full tables stay in benchmark-results/results.md and the JSON.
-
-Only the text between a section's markers (`<!-- results:start -->` ... `<!-- results:end -->`, and
-`<!-- results-causal-lm:start -->` ...) changes; missing markers are added at the end.
+(docs/benchmarks.md and each bake's benchmark page are drawn by tools/reference_run.py from the reference run.)
 
 The Models table of docs/models.md (`<!-- models:start -->` ... `<!-- models:end -->`) comes from
 benchmark-results/models/*.json, the architecture matrix's rows that each bake's tests/test_models.py writes when
@@ -21,50 +13,12 @@ Usage: python tools/update_readme_results.py [README.md] [benchmark-results] [th
 """
 
 import json
-import platform
 import shutil
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-HEADING = "# Latest benchmark results"  # docs/benchmarks.md's title
-# (results folder below benchmark-results/, marker name, what the section is)
-SECTIONS = (("", "results", "text-classification (the default bake)"), ("causal-lm", "results-causal-lm", "causal-lm"),
-            ("alone", "results-alone", "text-classification, timed alone"),
-            ("causal-lm/alone", "results-causal-lm-alone", "causal-lm, timed alone"))
-
-
-def machine(results: Path) -> str:
-    run = json.loads((results / "quick.json").read_text())
-    info = run.get("machine_info", {})
-    cpu = info.get("cpu", {}) or {}
-    cores = cpu.get("count")
-    brand = cpu.get("brand_raw") or info.get("processor") or info.get("machine") or platform.machine()
-    when = run.get("datetime", "")[:16].replace("T", " ")
-    where = f"{brand}, {cores} cores" if cores else brand
-    return f"measured {when} UTC on {where}, Python {info.get('python_version', '?')}"
-
-
-def section(results: Path, start: str, end: str, task: str, root: Path) -> str:
-    """The README section of one results folder below `root` (benchmark-results/)."""
-    table = (results / "summary.md").read_text().strip().splitlines()
-    title = table[0].lstrip("# ").strip()  # "Benchmark results (quick profile, xla:CPU)"
-    extra = json.loads((results / "run.json").read_text()) if (results / "run.json").exists() else {}
-    suite = "these benchmarks" if results.name == "alone" else "the whole quick suite"
-    wall = f"; {suite} took {extra['suite_wall_s']:.0f} s" if "suite_wall_s" in extra else ""
-    body = ["#" + line if line.startswith("## ") else line for line in table[1:]]
-    folder = Path("benchmark-results", results.relative_to(root))
-    intro = (
-        f"{title}, {machine(results)}{wall}. Every figure below is generated from that run: regenerate "
-        f"with `make test` then `make results`. Full tables: {folder}/results.md; the figure: {folder}/results.png. "
-        "On XLA:CPU the quick profile compiles without LLVM's optimisations and with XLA:CPU's older loop emitters "
-        "(`cpu_xla_flags` in the project's benchmarks/profiles.py): its times compare its rows, nothing more."
-    )
-    body = ["#" + line if line.startswith("### ") else line for line in body]
-    return "\n".join([start, "", f"### {task}", "", intro, *body, "", end])
-
-
 MODELS = ("<!-- models:start -->", "<!-- models:end -->")
 MODEL_COLUMNS = ("Architecture", "Task", "Layout", "XLA graphs", "Transfers / epoch", "Recompilations",
                  "Eval loss (untrained → trained)", "Status")
@@ -152,16 +106,6 @@ def update_demo(text: str, outputs: Path, root: Path) -> str:
     return place(text, DEMO, demo_section(report_file))
 
 
-def update_results(text: str, results_root: Path) -> str:
-    for sub_folder, marker, task in SECTIONS:
-        results = results_root / sub_folder if sub_folder else results_root
-        if not (results / "summary.md").exists():
-            continue
-        start, end = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
-        text = place(text, (start, end), section(results, start, end, task, results_root))  # missing: at the end
-    return text
-
-
 def rewrite(path: Path, title: str, change) -> None:
     """`path`'s text as `change` gives it (a new file starts with `title`), written only where it changed."""
     text = path.read_text() if path.exists() else f"{title}\n"
@@ -172,11 +116,11 @@ def rewrite(path: Path, title: str, change) -> None:
 
 
 def update(readme: Path, results_root: Path, demo_outputs: Path = DEMO_OUTPUTS) -> None:
-    """The demo's picture into `readme`; the Models table and the benchmark results into the docs/ beside it."""
+    """The demo's picture into `readme`; the Models table into the docs/ beside it (docs/benchmarks.md and the bakes'
+    benchmark pages are tools/reference_run.py's)."""
     rewrite(readme, "", lambda text: update_demo(text, demo_outputs, readme.parent))
     docs = readme.parent / "docs"
     rewrite(docs / "models.md", "# Models", lambda text: update_models(text, results_root / "models"))
-    rewrite(docs / "benchmarks.md", HEADING, lambda text: update_results(text, results_root))
 
 
 if __name__ == "__main__":

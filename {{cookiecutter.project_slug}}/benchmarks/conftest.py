@@ -13,15 +13,17 @@ the figure to plot.
 
 import importlib.util
 import os
+import time
 from pathlib import Path
 
 import pytest
 
-from . import isolation, profiles, reports
+from . import isolation, page, profiles, reports, results_file
 from .records import Record
 
 RECORDS = pytest.StashKey[list]()
 WRITTEN = pytest.StashKey[dict]()
+STARTED = pytest.StashKey[float]()
 RESULTS_VARIABLE = "BENCH_RESULTS"
 # The profiles that run one module alone, and that module. The quality group (40 minutes) runs in its own profile only;
 # the plan group runs narrowed in the quick one too.
@@ -48,6 +50,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.stash[RECORDS] = []
+    config.stash[STARTED] = time.monotonic()
     # pytest-benchmark writes its JSON before any other plugin's end-of-session hook could make the folder.
     saved = config.getoption("benchmark_json", None)
     if saved:
@@ -127,7 +130,14 @@ def title(config, records) -> str:
 def pytest_sessionfinish(session):
     records = session.config.stash[RECORDS]
     if records:
-        session.config.stash[WRITTEN] = reports.write(records, results_folder(session.config), title(session.config, records))
+        folder = results_folder(session.config)
+        written = reports.write(records, folder, title(session.config, records))
+        # The run as one results file, and the page drawn from it with the reference's answers beside its own.
+        saved = results_file.save(records, folder, wall_s=time.monotonic() - session.config.stash[STARTED],
+                                  profile=profiles.choose(session.config.getoption("--bench-profile")).name)
+        beside = page.reference_beside(Path(session.config.rootpath), saved)
+        written.update({"results": saved, **page.write(results_file.load(saved), folder, reference=False, beside=beside)})
+        session.config.stash[WRITTEN] = written
 
 
 def pytest_terminal_summary(terminalreporter, config):

@@ -59,6 +59,23 @@ def format_value(key: str, value) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+# The unit each column is read in, from its key's ending (bytes already print as MiB in their cells).
+UNITS = (("_bytes", ""), ("_bytes_per_device", ""), ("_ms", "ms"), ("_s", "s"), ("_seconds", "s"), ("_gib", "GiB"),
+         ("_per_second", "per s"), ("_per_second_per_chip", "per s per chip"), ("_fraction", "fraction"),
+         ("_share", "fraction"), ("_range", "x"), ("_lead", "x"), ("_gap_to_host", "relative"))
+RATIO_WORDS = ("_vs_", "_over_", "ratio")
+
+
+def with_unit(key: str) -> str:
+    """'steady_step_s (s)', 'wall_vs_project (x)': a column's header with the unit of its values."""
+    unit = next((unit for ending, unit in sorted(UNITS, key=lambda pair: -len(pair[0])) if key.endswith(ending)), None)
+    if unit is None and any(word in key for word in RATIO_WORDS):
+        unit = "x"
+    if unit is None and "fraction" in key:
+        unit = "fraction"
+    return f"{key} ({unit})" if unit else key
+
+
 def by_group(records) -> dict:
     """The records of each group, groups and records in the order they ran."""
     groups = {}

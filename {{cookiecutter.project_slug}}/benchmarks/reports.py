@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .figures import plot
-from .records import by_group, flatten, format_value
+from .records import by_group, flatten, format_value, with_unit
 
 MARKDOWN_NAME = "results.md"
 SUMMARY_NAME = "summary.md"
@@ -36,7 +36,7 @@ VIEWS = {
     "recompilation: eval batching": View(
         ("eval_batch_size", "last_batch", "padding", "eval_compilations", "graphs_added_over_default",
          "examples_counted", "eval_set_size", "tpu_eval_compile_s_v5e_1"),
-        "Graphs that each evaluation choice compiles in a run that first trained with batch 16, and how many it "
+        "Graphs that each evaluation choice compiles in a run that first trained with batch {train_batch_size}, and how many it "
         "adds over the project's default (eval batch = train batch, last batch padded with masked rows, fixed "
         "length). Later evaluations compiled nothing in any row. The last column is what those evaluation graphs "
         "cost the TPU's compiler, in seconds on this machine's CPU (plan.py --rehearse of the project's run with the "
@@ -52,7 +52,9 @@ VIEWS = {
         "clip the gradients' global norm at 1.0 and decay the rate linearly from its peak without warm-up (Trainer's "
         "defaults), Accelerate's example clips nothing and warms up over 100 steps: graphs compiled, those compiled after "
         "warm-up (recompilations, found by the project's watch), compile and wall seconds, the steady step time "
-        "(median time between two steps that compiled nothing), and ratios to the project's loop.",
+        "(median time between two steps that compiled nothing), and ratios to the project's loop. The wall ratios "
+        "are one run of each loop: within 25 % of 1 (the project's loop without the watch) they are within this "
+        "machine's noise, not a finding.",
     ),
     "loops: steady step against the tuned Trainer": View(
         ("steady_step_vs_tuned_trainer", "steady_ratio_range", "wall_vs_tuned_trainer", "wall_ratio_range",
@@ -70,14 +72,17 @@ VIEWS = {
          "device_to_host_transfers", "compilations"),
         "The steady step time (median time between two steps that compiled nothing) with a log at every step, "
         "against the same loop without logs, measured in the same run: the project's loop, which reads each log on "
-        "a thread of its own, and the TPU-tuned Trainer, which reads the loss on the host at each log.",
+        "a thread of its own, and the TPU-tuned Trainer, which reads the loss on the host at each log. Each ratio is "
+        "one run of each loop: within 25 % of 1 it is within this machine's noise (runs of one loop here spread that "
+        "much), so neither a ratio below 1 nor one above is a finding.",
     ),
     "precision": View(
         ("model", "mode", "graph_types", "step_median_s", "state_bytes", "loss_drift", "tpu_step_v5e_4"),
         "What each bf16 mode puts in the graph (element types read from the lowered graph), the bytes of weights "
         "and AdamW state as the device stores them (read from the graph's device data, not computed from dtypes), "
         "the steady step time, and the loss drift from fp32 after the same steps. bf16 speed is a TPU property: "
-        "XLA:CPU computes bf16 matmuls in float32, so bf16 is not faster here. The last column is the TPU compiler's "
+        "this CPU has no bf16 arithmetic, so XLA:CPU converts around each operation and every bf16 mode's step is "
+        "slower here than fp32's (the step times compare rows on this CPU only). The last column is the TPU compiler's "
         "answer for the project's run at that level (plan.py --rehearse, libtpu for a 4-chip v5e slice, no TPU): the "
         "steady training step's peak HBM per chip and a hash of the program it made; two levels with the same hash "
         "hand the TPU the same program (the v6e figures are in results.md's extra_info). It is rehearsed in the full "
@@ -113,11 +118,13 @@ VIEWS = {
         "checkpoint's manifest, on 256 MiB of random bytes.",
     ),
     "fsdp: devices": View(
-        ("devices", "per_device_batch", "steady_step_s", "compilations", "compile_seconds", "parameter_bytes_per_device",
+        # At most MAX_COLUMNS - 1 after the name: the fraction of the whole, which the sentence promises, is kept.
+        ("devices", "per_device_batch", "steady_step_s", "compilations", "parameter_bytes_per_device",
          "optimizer_bytes_per_device", "state_bytes_vs_whole"),
-        "The same training (global batch 16, float32) with FSDPv2 over 1, 2 and 4 XLA devices: the bytes of weights "
+        "The same training (float32, the same global batch: devices x per_device_batch) with FSDPv2 over 1, 2 and 4 XLA "
+        "devices: the bytes of weights "
         "and AdamW state the busiest device holds (read from its shards) and that as a fraction of the whole model's, "
-        "graphs compiled and their seconds, and the "
+        "graphs compiled (their seconds are in results.md), and the "
         "steady step time. The devices here share two CPU cores: the step time is what sharding costs on the CPU, "
         "not what more TPU chips gain.",
     ),
@@ -144,7 +151,7 @@ VIEWS = {
         ("graphs", "recompilations", "compile_seconds", "steady_tokens_per_second", "model_flops_per_second_per_chip",
          "wall_s", "tokens_per_second_vs_project", "wall_vs_project"),
         "The project's loop and TRL's SFTTrainer on one workload (the demo's tiny Llama, same seed, the same packed "
-        "blocks, global batch 16, the same optimizer steps and learning rate, an evaluation after each epoch, float32): "
+        "blocks, global batch {global_batch}, the same optimizer steps and learning rate, an evaluation after each epoch, float32): "
         "graphs compiled, those after warm-up (recompilations, found by the project's watch), compile and wall "
         "seconds, real tokens per second at the steady step time, the model FLOP/s per chip they come to (computed from "
         "those tokens and the model's FLOPs per token, 6N + 12LHQT, not measured), and ratios to the project's loop. "
@@ -226,7 +233,7 @@ def markdown(records, title: str) -> str:
         lines += [f"## {group}", ""]
         if common:
             lines += ["Same in every row: " + ", ".join(f"{key}={format_value(key, rows[0][key])}" for key in common), ""]
-        header = ["benchmark", "status", *varying, "job wall s"]
+        header = ["benchmark", "status", *(with_unit(key) for key in varying), "job wall (s)"]
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for record, row in zip(members, rows, strict=True):
             status = record.status
@@ -249,8 +256,8 @@ def view_markdown(records, title: str) -> str:
         members = groups[group]
         rows = [flatten(record.extra_info) for record in members]
         columns = [key for key in view.columns if any(key in row for row in rows)][: MAX_COLUMNS - 1]
-        lines += [f"## {group}", "", view.says, ""]
-        header = ["benchmark", *columns]
+        lines += [f"## {group}", "", filled(view.says, rows), ""]
+        header = ["benchmark", *(with_unit(key) for key in columns)]
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for record, row in zip(members, rows, strict=True):
             name = record.name if record.status == "ok" else f"{record.name} ({record.status})"
@@ -272,6 +279,16 @@ def view_markdown(records, title: str) -> str:
             lines += [f"- **{name}**: {format_value('reason', reason)}" for name, reason in failed]
         lines.append("")
     return "\n".join(lines)
+
+
+def filled(says: str, rows: list[dict]) -> str:
+    """A view's sentence with each {key} replaced by the group's value of it (the same in every row, or the rows'
+    values joined), so that a figure it quotes is the run's."""
+    def value(match):
+        found = {format_value(match[1], row[match[1]]) for row in rows if match[1] in row}
+        return "/".join(sorted(found)) if found else "n/a"
+
+    return re.sub(r"\{(\w+)\}", value, says)
 
 
 def _short_paths(text: str) -> str:

@@ -23,6 +23,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from urllib.parse import unquote
 
 SOURCE = (".py", ".md", ".ipynb", ".yaml", ".yml", ".toml", ".jinja")
 WRITTEN = {"outputs", "benchmark-results", "build", "~"}
@@ -123,6 +124,7 @@ class Tree:
         missing = [name for name in names if self.is_path(name) and not self.exists(name)]
         for link in links:
             target, _, anchor = link.partition("#")
+            target = unquote(target)  # a link's path as a browser reads it: %7B is "{"
             where = (document.parent / target) if target else document
             if target and self.written(where):
                 continue

@@ -346,8 +346,8 @@ def test_readme_view_keeps_at_most_eight_columns_and_lists_the_loop_differences(
     ]
     text = reports.view_markdown([*records(), *loops], "Benchmark results")
     (header,) = [line for line in text.splitlines() if line.startswith("| benchmark") and "compilations" in line]
-    assert header == ("| benchmark | compilations | recompilations | compile_seconds | steady_step_s | wall_s | "
-                      "compilations_vs_project | wall_vs_project |")
+    assert header == ("| benchmark | compilations | recompilations | compile_seconds (s) | steady_step_s (s) | wall_s (s) | "
+                      "compilations_vs_project (x) | wall_vs_project (x) |")
     assert "| test_accelerate_example_loop | 33 | 0 | 5.2 | 0.05 | 7 | 1 | 1 |" in text
     assert "- **test_project_loop**: fixed padding." in text and "eval_accuracy" not in text
     # The watch's causes, under the table; an absolute path as its folder and file, a library's path as it was.
@@ -364,8 +364,8 @@ def test_fine_tuning_view_shows_the_task_metric_it_has_in_eight_columns():
     }) for level, changed in (("fp32", 1.0), ("bf16", 1.0), ("pure-bf16-xla", 0.27))]
     text = reports.view_markdown(rows, "Benchmark results")
     (header,) = [line for line in text.splitlines() if line.startswith("| benchmark")]
-    assert header == ("| benchmark | fraction_changed | update_norm_vs_fp32 | eval_accuracy | eval_loss_gap_to_host | "
-                      "state_bytes_per_device | steady_step_s | compilations |")
+    assert header == ("| benchmark | fraction_changed (fraction) | update_norm_vs_fp32 (x) | eval_accuracy | "
+                      "eval_loss_gap_to_host (relative) | state_bytes_per_device | steady_step_s (s) | compilations |")
     assert "| pure-bf16-xla | 0.27 | 1 | 0.98 | 1e-08 | 0.47 MiB | 0.1 | 3 |" in text
 
 
