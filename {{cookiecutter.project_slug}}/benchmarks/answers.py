@@ -155,11 +155,21 @@ def _precision_says(rows, measured) -> list[str]:
         says.append(f"On XLA:CPU every bf16 level's step is {min(ratios):.1f}-{max(ratios):.1f}x fp32's: this CPU has "
                     "no bf16 arithmetic, so XLA:CPU converts around each operation. bf16's speed is a TPU's; the step "
                     "times here compare rows on this CPU only.")
-    hashed = {_program(measured[level]) for level in measured if _program(measured[level])}
-    if measured and len(hashed) < len([level for level in measured if _program(measured[level])]):
-        says.append("Rows with the same program hash hand the TPU the same program (the demo model holds no float64, "
-                    "so XLA_USE_BF16 and XLA_DOWNCAST_BF16 make the same one): their equal bytes and drift are "
-                    "expected, not a finding.")
+    hashed = {level: _program(measured[level]) for level in measured if _program(measured[level])}
+    alike = {}
+    for level in hashed:
+        if level in info:
+            key = (info[level]["state_bytes_per_device"], measured[level].get("loss_drift"))
+            alike.setdefault(key, []).append(level)
+    for levels in (group for group in alike.values() if len(group) > 1):
+        programs = sorted({hashed[level][:8] for level in levels})
+        names = ", ".join(levels[:-1]) + f" and {levels[-1]}"
+        if len(programs) == 1:
+            says.append(f"{names} hand the TPU the same program (hash {programs[0]}): their equal bytes and drift are "
+                        "one program measured again, not a finding.")
+        else:
+            says.append(f"{names} store the same bytes and drift the same from fp32, yet hand the TPU "
+                        f"{len(programs)} different programs (hashes {', '.join(programs)}).")
     return says
 
 
