@@ -85,6 +85,11 @@ OTHER_TOOLS = {
     "service-account": "gcloud's, in the GKE notes",
     "bench-profile": "the benchmarks' pytest option (benchmarks/conftest.py), run by the template's own suite",
     "xla_dump_hlo_as_text": "XLA's own (XLA_FLAGS), in docs/torch-tpu.md's porting notes",
+    # XLA's own, which the quick benchmark profile sets on XLA:CPU (benchmarks/profiles.py), quoted by the reference
+    # run's full tables (docs/benchmark-tables.md).
+    "xla_cpu_enable_fast_math": "XLA's own (XLA_FLAGS), in docs/benchmark-tables.md",
+    "xla_backend_optimization_level": "XLA's own (XLA_FLAGS), in docs/benchmark-tables.md",
+    "xla_cpu_use_fusion_emitters": "XLA's own (XLA_FLAGS), in docs/benchmark-tables.md",
 }
 
 
