@@ -36,7 +36,8 @@ VIEWS = {
     "recompilation: eval batching": View(
         ("eval_batch_size", "last_batch", "padding", "eval_compilations", "graphs_added_over_default",
          "examples_counted", "eval_set_size", "tpu_eval_compile_s_v5e_1"),
-        "Graphs that each evaluation choice compiles in a run that first trained with batch {train_batch_size}, and how many it "
+        "Graphs that each evaluation choice compiles in a run that first trained with batch {train_batch_size}, and how "
+        "many it "
         "adds over the project's default (eval batch = train batch, last batch padded with masked rows, fixed "
         "length). Later evaluations compiled nothing in any row. The last column is what those evaluation graphs "
         "cost the TPU's compiler, in seconds on this machine's CPU (plan.py --rehearse of the project's run with the "
@@ -93,7 +94,8 @@ VIEWS = {
          "state_bytes_per_device", "steady_step_s", "compilations"),
         "Fine-tuning the same float32-pretrained demo model for the same steps (without weight decay, so that a changed "
         "element is a kept gradient update) at a fine-tuning learning rate "
-        "(2e-5 classifier, 1e-5 causal LM), the default bf16 changes at least 99 % of the linear layers' weight "
+        "({learning_rate}) for {optimizer_steps} optimizer steps, the default bf16 changes at least 99 % of the linear "
+        "layers' weight "
         "elements, as fp32 does, while each pure bf16 level without Kahan summation changes fewer, in half the "
         "state bytes, and Kahan summation brings the norm of the whole update closer to fp32's for one more "
         "weight-sized bf16 buffer. Each element is compared in the type the level stores it (the pure levels' "
@@ -140,7 +142,8 @@ VIEWS = {
     ),
     "causal-lm: generation": View(
         ("generated_on", "new_tokens_per_second", "new_tokens", "graphs", "device_over_host"),
-        "predict.py continuing the same 32 prompts by 32 tokens each with the demo's model (untrained), greedily, in float32: on the device "
+        "predict.py continuing the same {prompts} prompts ({new_tokens} new tokens in all) with the demo's model "
+        "(untrained), greedily, in float32: on the device "
         "(a static KV cache, batches of 8, its rate after the first batch, which compiles the graphs) and on the host's "
         "CPU (transformers' generate(), one prompt at a time). New tokens counted up to each end token; graphs "
         "compiled. On XLA:CPU the device is this machine's CPU too: the ratio is what batching and the static cache "
@@ -170,7 +173,7 @@ VIEWS = {
     "lora": View(
         ("trainable_parameters_lora", "total_parameters_lora", "optimizer_bytes_per_device_full",
          "optimizer_bytes_per_device_lora", "steady_step_s_full", "steady_step_s_lora", "compilations_lora"),
-        "Full fine-tuning and LoRA (peft, r=8, peft's default target modules) on the demo, one run each, float32, one "
+        "Full fine-tuning and LoRA (peft, r={lora_r}, peft's default target modules) on the demo, one run each, float32, one "
         "device: the parameters LoRA trains of the total, the AdamW state bytes one device holds (computed from the "
         "optimizer's state tensors), the steady step time, and the graphs compiled with LoRA (the same as without, "
         "asserted). On the "
@@ -181,8 +184,8 @@ VIEWS = {
         ("tracing_ms", "steps_per_execution", "host_over_chip_v5e", "host_over_chip_v6e", "host_over_chip_v7x",
          "tracing_vs_plain", "layers"),
         "The host's time to trace one training step (median of the steady steps, from its first operation to the "
-        "graph's hand-over) at the default model's real layer and tensor count (bert-base-cased: 201 tensors, "
-        "Qwen2.5-0.5B: 290), 64 wide so that XLA:CPU runs it "
+        "graph's hand-over) at the default model's real layer and tensor count ({model}: {layers} layers, {tensors} "
+        "tensors), 64 wide so that XLA:CPU runs it "
         "cheaply (tracing follows the count of operations and tensors, not their sizes), at the baked batch and "
         "length, float32: a bare lazy loop (plain), the project's step traced op by op (project-lazy) and as one "
         "JAX function (project-jax, --step_function jax), with 4 and 16 steps a call (project-jax-k4, -k16: "
