@@ -126,14 +126,18 @@ def precision(records, graphs=()) -> Answer | None:
         labels.append(level)
         state.append(info["state_bytes_per_device"] / MIB)
         kept.append(100 * info["fraction_changed"])
+    drift = [f"loss drift from fp32 (nats, {_drift_steps(measured)} steps)"] if measured else []
     header = ["level", "set by", *(["in the graph"] if measured else []), "weights + AdamW state (MiB)",
-              "weight elements updated (%)", *(["loss drift from fp32 (nats, 8 steps)"] if measured else []), f"step (ms, {CPU_ONLY})",
-              *(["same TPU program as"] if measured else [])]
+              "weight elements updated (%)", *drift, f"step (ms, {CPU_ONLY})", *(["same TPU program as"] if measured else [])]
     question = ("What does each precision level put in the graph, store, and lose?" if measured else
                 "What does each precision level store, and lose?")
     return Answer("precision", question, header, table,
                   _precision_says(rows, measured), [("weights + AdamW state", "MiB", labels, state),
                                                     ("weight elements an update changed", "%", labels, kept)])
+
+
+def _drift_steps(measured: dict):
+    return next((found["loss_steps"] for found in measured.values() if found.get("loss_steps")), "n/a")
 
 
 def _precision_says(rows, measured) -> list[str]:
@@ -142,7 +146,8 @@ def _precision_says(rows, measured) -> list[str]:
     says = [f"Bytes, elements updated and step times are from fine-tuning the demo model at a learning rate of "
             f"{rows[0].extra_info['learning_rate']:g} for {rows[0].extra_info['optimizer_steps']} optimizer steps "
             "(bytes: weights and AdamW state as one device stores them, read from the graph)"
-            + ("; the graph's element types and the loss drift from fp32 after 8 steps are the precision group's, "
+            + (f"; the graph's element types and the loss drift from fp32 after {_drift_steps(measured)} steps are the "
+               "precision group's, "
                "read from each level's training graph." if measured else ".")]
     if fp32 and pure:
         lowest = min(100 * info[level]["fraction_changed"] for level in pure)
@@ -150,13 +155,16 @@ def _precision_says(rows, measured) -> list[str]:
                     f"{100 * info['bf16']['fraction_changed']:.0f} % of the weight elements; the pure levels store "
                     f"{info[pure[0]]['state_bytes_per_device'] / fp32['state_bytes_per_device']:.2f}x the bytes and "
                     f"change as few as {lowest:.0f} %: the rest of their updates round away.")
-    timed = ({level: measured[level]["step_median_s"] for level in measured if "step_median_s" in measured[level]}
-             or {level: info[level]["steady_step_s"] for level in info if "kahan" not in level})
+    # The table's own step column (the fine-tuning run's steady step), so that the sentence says what the table shows.
+    timed = {level: info[level]["steady_step_s"] for level in info if "kahan" not in level}
     if "fp32" in timed and len(timed) > 1:
         ratios = [timed[level] / timed["fp32"] for level in timed if level != "fp32"]
-        says.append(f"On XLA:CPU every bf16 level's step is {min(ratios):.1f}-{max(ratios):.1f}x fp32's: this CPU has "
-                    "no bf16 arithmetic, so XLA:CPU converts around each operation. bf16's speed is a TPU's; the step "
-                    "times here compare rows on this CPU only.")
+        says.append((f"On XLA:CPU every bf16 level's step is {min(ratios):.1f}-{max(ratios):.1f}x fp32's, slower: "
+                     if min(ratios) > 1 else
+                     f"On XLA:CPU the bf16 levels' steps are {min(ratios):.1f}-{max(ratios):.1f}x fp32's (one run "
+                     "each of a tiny model's step, which the machine's load moves): ")
+                    + "this CPU has no bf16 arithmetic, so XLA:CPU converts around each operation. bf16's speed is a "
+                    "TPU's; the step times here compare rows on this CPU only.")
     hashed = {level: _program(measured[level]) for level in measured if _program(measured[level])}
     alike = {}
     for level in hashed:
