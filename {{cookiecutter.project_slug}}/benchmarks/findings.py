@@ -38,6 +38,9 @@ def _loops(records) -> str:
                        for name, info in rows)
     watch = _by_name(records).get("test_project_loop_without_the_watch", {}).get("wall_vs_project")
     tail = f"; without the watch the wall time is {ratio(watch)}" if watch is not None else ""
+    failed = [record.name for record in records if record.status != "ok"]
+    if failed:
+        tail += f"; did not train here (reasons in the full table): {', '.join(failed)}"
     return f"graphs compiled (after warm-up): {counts}{tail}."
 
 
@@ -99,6 +102,30 @@ def _cache(records) -> str:
             "failure(s): torch_xla 2.9 writes the cache but cannot read it back.")
 
 
+def _lead(records) -> str:
+    info = next(iter(_by_name(records).values()), {})
+    return (f"timed round against round, the project's loop trains {ratio(info.get('tokens_per_second_lead'), info.get('lead_range'))} "
+            f"SFTTrainer's real tokens per second; its wall time is {ratio(info.get('wall_vs_sft'), info.get('wall_range'))} "
+            "SFTTrainer's.")
+
+
+def _compile_time(records) -> str:
+    rows = _by_name(records)
+    first = next(iter(rows.values()), {})
+    narrowed = f", narrowed to {first.get('layers')} layers" if first.get("narrowed") else ""
+    times = ", ".join(f"{name} {info['compile_seconds']:.1f} s" for name, info in rows.items())
+    return (f"the TPU compiler (libtpu, {first.get('topology')}, no TPU) compiles {first.get('model')}'s step"
+            f"{narrowed}: {times} (this CPU's seconds).")
+
+
+def _generation(records) -> str:
+    rows = list(_by_name(records).values())
+    over = next((info["device_over_host"] for info in rows if info.get("device_over_host")), None)
+    rates = ", ".join(f"{info['generated_on']} {info['new_tokens_per_second']:.0f}" for info in rows)
+    tail = f": {over:.1f}x (on XLA:CPU the device is this CPU too)" if over else ""
+    return f"new tokens per second, {rates}{tail}."
+
+
 def _generic(records) -> str:
     parts = []
     for record in records:
@@ -118,6 +145,10 @@ FINDINGS = {
     "lora": _lora,
     "full size: host against chip": _host,
     "recompilation: compilation cache": _cache,
+    "causal-lm: lead over SFTTrainer": _lead,
+    "causal-lm: loops": _loops,
+    "causal-lm: generation": _generation,
+    "compile time: layers as written against scanned": _compile_time,
 }
 # Shown in the two answers above the list.
 ANSWERED = ("recompilation: eval batching", "precision", "precision: fine-tuning", "causal-lm: packing")
