@@ -32,7 +32,7 @@ ANSWERS = """
 import json, sys
 from benchmarks import page, results_file
 run = results_file.load(results_file.REFERENCE)
-print(json.dumps({"about": page.about(run, "The reference run"), "answers": page.answer_sections(run, level="##"),
+print(json.dumps({"about": page.about(run, "The reference run"), "answers": page.answer_sections(run),
                   "pictures": [page.picture_name(a) for a in page.answering.answers(results_file.records(run))]}))
 """
 

@@ -44,12 +44,12 @@ def about(run: dict, name: str) -> str:
             f"device {devices}{wall}.")
 
 
-def answer_sections(run: dict, level: str = "##", beside: dict | None = None) -> list[str]:
+def answer_sections(run: dict, beside: dict | None = None) -> list[str]:
     """The two answers as markdown (the template's page shows them too)."""
     lines = []
     theirs = {answer.key: answer for answer in answering.answers(results_file.records(beside))} if beside else {}
     for answer in answering.answers(results_file.records(run)):
-        lines += [f"{level} {answer.question}", "", *_table(answer), "", *answer.says, "",
+        lines += [f"## {answer.question}", "", *_table(answer), "", *answer.says, "",
                   f"![{answer.question}]({picture_name(answer)})", ""]
         if answer.key in theirs:
             lines += [f"The reference run's answer ({beside['made']}, {beside['machine']}):", "",
