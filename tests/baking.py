@@ -13,12 +13,17 @@ TEMPLATE = Path(__file__).resolve().parent.parent
 DEFAULT_SLUG = "tpu_text_classifier"
 
 
-def load_tool(name: str):
-    """One of the template's tools/*.py scripts, imported as a module (they are scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(name, TEMPLATE / "tools" / f"{name}.py")
+def load_module(path: Path):
+    """A Python file of the template that is no package's module (a script, a bake's test helper), imported."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_tool(name: str):
+    """One of the template's tools/*.py scripts, imported as a module (they are scripts, not a package)."""
+    return load_module(TEMPLATE / "tools" / f"{name}.py")
 
 
 def template_defaults() -> dict:

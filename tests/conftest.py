@@ -10,6 +10,7 @@ MARKERS = (
     "slow(first=None): runs baked projects' training tests or benchmarks (minutes); first=N: the longest, N-th",
     "check_only: what `make check` runs and `make test` runs inside a longer test instead",
     "alone: times runs against each other; `make test` runs these after the rest, with nothing beside them",
+    "compares(form, what): checks two runs' numbers, bit for bit or within a bound (the bake's tests/comparing.py)",
 )
 
 

@@ -7,7 +7,7 @@ the template's root and its project folder are the bases, and `<pkg>` is the pac
 import importlib.util
 import shlex
 
-from tests.baking import TEMPLATE
+from tests.baking import TEMPLATE, load_tool
 
 PROJECT = TEMPLATE / "{{cookiecutter.project_slug}}"
 FIRST_SCREEN = 40
@@ -54,3 +54,32 @@ def test_a_wrong_path_in_the_readme_would_be_found(tmp_path):
     doc.write_text("`<pkg>/loop/training.py`, `tools/update_readme_results.py`, `<pkg>/training.py`, "
                    "`tools/update_results.py`\n", encoding="utf-8")
     assert tree.missing_in_markdown(doc) == [f"{doc}: <pkg>/training.py", f"{doc}: tools/update_results.py"]
+
+
+def test_the_comparisons_table_is_every_compares_marker_of_the_template():
+    """docs/tests.md lists every test that compares two runs' numbers, with its form, as tools/comparisons.py reads
+    the `compares` markers (python tools/comparisons.py --write draws it again)."""
+    comparisons = load_tool("comparisons")
+    page = (TEMPLATE / "docs" / "tests.md").read_text(encoding="utf-8")
+    start, end = comparisons.MARKERS
+    assert page.partition(start)[2].partition(end)[0].strip() == comparisons.table()
+    rows = comparisons.found()
+    assert {form for _, _, form, _ in rows} == {"bit for bit", "float32", "bf16"}
+    # The one that failed on an AMD EPYC is there, with bf16's bound.
+    assert ("{{cookiecutter.project_slug}}/tests/test_steps_per_execution.py",
+            "test_the_demo_with_four_steps_a_call_ends_at_the_same_eval_loss") in {(file, test) for file, test, *_ in rows}
+
+
+
+def test_a_compares_marker_with_an_unknown_form_is_refused():
+    """A form that is neither bit for bit nor a bound the bake derives cannot reach the table."""
+    import ast
+
+    import pytest
+
+    comparisons = load_tool("comparisons")
+    call = ast.parse('pytest.mark.compares("close enough", "a against b")', mode="eval").body
+    with pytest.raises(ValueError, match="close enough"):
+        comparisons.compares(call)
+    assert comparisons.compares(ast.parse('pytest.mark.compares("bf16", "a against b")', mode="eval").body) == (
+        "bf16", "a against b")

@@ -39,3 +39,18 @@ def test_a_round_that_selects_nothing_is_clean(tmp_path):
     _, summary, failed = flaky.run_round(project_with(tmp_path, "def test_other():\n    pass\n"), "machinery",
                                          workers=1)
     assert failed == [] and "deselected" in summary
+
+
+def test_a_round_runs_its_tests_with_the_xla_flags_it_was_given(tmp_path):
+    """The other-CPU round (make flaky): every test sees the flag, so every run it starts compiles for that CPU."""
+    seen = textwrap.dedent("""
+        import os
+        import pytest
+
+        @pytest.mark.machinery
+        def test_sees_the_flag():
+            assert os.environ["XLA_FLAGS"] == "--xla_cpu_max_isa=AVX2"
+    """)
+    _, summary, failed = flaky.run_round(project_with(tmp_path, seen), "machinery", workers=1,
+                                         xla_flags="--xla_cpu_max_isa=AVX2")
+    assert failed == [] and summary.startswith("1 passed"), summary

@@ -6,8 +6,14 @@ bakes the four projects `make test` runs whole (each task in each layout), then 
 processes that keep the cores taken the whole time. Every failure is listed by round and test id; the table goes to
 stdout and to `--out` (benchmark-results/flaky.md by default). Exit status 1 if any test failed once.
 
-    make flaky                                    # 5 rounds, 2 hogs, the machinery tests of the four bakes
+    make flaky                                    # 5 rounds, 2 hogs, the machinery tests of the four bakes; then
+                                                  # their comparisons of two runs' numbers as another CPU compiles them
     .venv/bin/python tools/flaky.py --rounds 3 --only default --marker "machinery or slow"
+    .venv/bin/python tools/flaky.py --rounds 1 --hogs 0 --marker compares --xla-flags=--xla_cpu_max_isa=AVX2
+
+`--xla-flags` runs the tests with those XLA flags (the bake's tests add their own beside them): with
+`--xla_cpu_max_isa=AVX2` XLA:CPU generates the code a CPU without AVX-512 runs, so two programs' numbers round as on
+such a machine (docs/tests.md, "Numbers compared between runs").
 
 Not part of `make test` (it takes about as long, times the rounds): run it on a change to the loop's machinery, to a
 launcher, or to a test that waits for a run.
@@ -38,14 +44,16 @@ def hog(stop) -> None:
         sum(range(10_000))
 
 
-def run_round(project: Path, marker: str, workers: int) -> tuple[float, str, list[str]]:
-    """One pytest run of `project`'s tests selected by `marker`: (seconds, summary line, failed test ids)."""
+def run_round(project: Path, marker: str, workers: int, xla_flags: str = "") -> tuple[float, str, list[str]]:
+    """One pytest run of `project`'s tests selected by `marker` (with `xla_flags` in XLA_FLAGS): (seconds, summary
+    line, failed test ids)."""
     started = time.monotonic()
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", marker, "-rfE", "tests"]
     if workers > 1:
         command += ["-n", str(workers)]
+    flags = {"XLA_FLAGS": xla_flags} if xla_flags else {}
     result = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=3600,
-                            env=suite_env(PJRT_DEVICE="CPU", REQUIRE_XLA="1", HF_HUB_OFFLINE="1"))
+                            env=suite_env(PJRT_DEVICE="CPU", REQUIRE_XLA="1", HF_HUB_OFFLINE="1", **flags))
     lines = result.stdout.strip().splitlines()
     summary = lines[-1] if lines else f"no output (exit status {result.returncode})"
     failed = FAILED.findall(result.stdout)
@@ -61,6 +69,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers per run")
     parser.add_argument("--marker", default="machinery", help="pytest -m expression of the tests to rerun")
     parser.add_argument("--only", choices=sorted(WHOLE), action="append", help="these bakes only (default: all four)")
+    parser.add_argument("--xla-flags", default="", help="XLA_FLAGS for the tests, e.g. --xla_cpu_max_isa=AVX2")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmark-results" / "flaky.md")
     args = parser.parse_args(argv)
     names = args.only or list(WHOLE)
@@ -75,7 +84,7 @@ def main(argv: list[str]) -> int:
         try:
             for round_number in range(1, args.rounds + 1):
                 for name, project in projects.items():
-                    seconds, summary, failed = run_round(project, args.marker, args.workers)
+                    seconds, summary, failed = run_round(project, args.marker, args.workers, args.xla_flags)
                     rows.append(f"| {round_number} | {name} | {seconds:.0f} | {summary} |")
                     failures += [f"- round {round_number}, {name}: {test}" for test in failed]
                     print(rows[-1], *failures[-len(failed):] if failed else [], sep="\n", flush=True)
@@ -86,7 +95,8 @@ def main(argv: list[str]) -> int:
     table = "\n".join([
         f"# Reruns under load ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores)", "",
         f"`-m \"{args.marker}\"`, {args.rounds} rounds, pytest-xdist with {args.workers} workers, {args.hogs} busy "
-        "processes beside them (tools/flaky.py).", "",
+        "processes beside them" + (f", XLA_FLAGS={args.xla_flags}" if args.xla_flags else "") + " (tools/flaky.py).",
+        "",
         "| round | bake | s | pytest's summary |", "|---|---|---|---|", *rows, "",
         "Failures:" if failures else "No test failed.", *failures, ""])
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -163,8 +163,7 @@ def _precision_says(rows, measured) -> list[str]:
                      if min(ratios) > 1 else
                      f"On XLA:CPU the bf16 levels' steps are {min(ratios):.1f}-{max(ratios):.1f}x fp32's (one run "
                      "each of a tiny model's step, which the machine's load moves): ")
-                    + "this CPU has no bf16 arithmetic, so XLA:CPU converts around each operation. bf16's speed is a "
-                    "TPU's; the step times here compare rows on this CPU only.")
+                    + "bf16's speed is a TPU's; the step times here compare rows on this CPU only.")
     hashed = {level: _program(measured[level]) for level in measured if _program(measured[level])}
     alike = {}
     for level in hashed:

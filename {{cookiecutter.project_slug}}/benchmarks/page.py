@@ -40,7 +40,9 @@ def _table(answer) -> list[str]:
 def about(run: dict, name: str) -> str:
     devices = ", ".join(run.get("devices") or ["unknown device"])
     wall = f", the suite {run['suite_wall_s']:.0f} s" if run.get("suite_wall_s") else ""
-    return (f"{name}: the {run['profile']} profile, {run['made']}, on {run['machine']}, Python {run['python']}, "
+    features = results_file.cpu_words(run.get("cpu") or {})
+    where = f"{run['machine']} ({features})" if features else run["machine"]
+    return (f"{name}: the {run['profile']} profile, {run['made']}, on {where}, Python {run['python']}, "
             f"device {devices}{wall}.")
 
 

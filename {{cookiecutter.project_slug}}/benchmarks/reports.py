@@ -82,7 +82,6 @@ VIEWS = {
         "What each bf16 mode puts in the graph (element types read from the lowered graph), the bytes of weights "
         "and AdamW state as the device stores them (read from the graph's device data, not computed from dtypes), "
         "the steady step time, and the loss drift from fp32 after the same steps. bf16 speed is a TPU property: "
-        "this CPU has no bf16 arithmetic (XLA:CPU converts around each operation), so bf16 gains nothing here and "
         "the step times compare rows on this CPU only. The last column is the TPU compiler's "
         "answer for the project's run at that level (plan.py --rehearse, libtpu for a 4-chip v5e slice, no TPU): the "
         "steady training step's peak HBM per chip and a hash of the program it made; two levels with the same hash "

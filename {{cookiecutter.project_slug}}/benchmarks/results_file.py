@@ -19,16 +19,59 @@ REFERENCE = Path("docs") / "reference-results.json"
 FORMAT = 1
 
 
-def machine() -> str:
-    """'AMD EPYC 7B13, 2 cores': the CPU's model name (from /proc/cpuinfo where Linux has it) and its cores."""
-    name = ""
+def _cpuinfo(field: str) -> str:
+    """The first CPU's `field` in /proc/cpuinfo (Linux), or '' where there is none."""
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
         for line in cpuinfo.read_text(errors="replace").splitlines():
-            if line.startswith("model name"):
-                name = line.partition(":")[2].strip()
-                break
-    return f"{name or platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+            if line.partition(":")[0].strip() == field:
+                return line.partition(":")[2].strip()
+    return ""
+
+
+def machine() -> str:
+    """'AMD EPYC 7B13, 2 cores': the CPU's model name (from /proc/cpuinfo where Linux has it) and its cores."""
+    return f"{_cpuinfo('model name') or platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+
+
+# The widest vectors a CPU flag allows, widest first (x86's names as /proc/cpuinfo lists them).
+VECTOR_FLAGS = (("avx512f", 512), ("avx2", 256), ("avx", 256), ("sse2", 128), ("asimd", 128))
+# The instruction sets XLA:CPU may be capped at (XLA_FLAGS --xla_cpu_max_isa, as `make flaky`'s other-CPU run sets it),
+# and the vectors each allows.
+ISA_VECTOR_BITS = {"SSE4_2": 128, "AVX": 256, "AVX2": 256, "AVX512": 512, "AVX512_VNNI": 512, "AVX512_BF16": 512,
+                   "AMX": 512, "AMX_FP16": 512}
+
+
+def cpu(flags: str | None = None, xla_flags: str | None = None) -> dict:
+    """What a page may say of the CPU, read from it: the widest vectors its flags allow, its bf16 instructions (the
+    flags naming bf16: avx512_bf16, amx_bf16), and the instruction set XLA:CPU was capped at in this run (None: none).
+    Empty where the CPU lists no flags (not Linux)."""
+    flags = (_cpuinfo("flags") or _cpuinfo("Features")) if flags is None else flags
+    xla_flags = os.environ.get("XLA_FLAGS", "") if xla_flags is None else xla_flags
+    if not flags:
+        return {}
+    names = set(flags.split())
+    capped = next((flag.partition("=")[2] for flag in xla_flags.split() if flag.startswith("--xla_cpu_max_isa=")),
+                  None)
+    return {"vector_bits": next((bits for flag, bits in VECTOR_FLAGS if flag in names), None),
+            "bf16_instructions": sorted(name for name in names if "bf16" in name),
+            "xla_cpu_max_isa": capped}
+
+
+def cpu_words(found: dict) -> str:
+    """'512-bit vectors, bf16 instructions avx512_bf16 and amx_bf16': a results file's cpu, as the page says it
+    ('' for a file that has none: a run before it was recorded says nothing of its CPU)."""
+    if not found:
+        return ""
+    bf16 = found.get("bf16_instructions") or []
+    words = [f"{found['vector_bits']}-bit vectors" if found.get("vector_bits") else "vector width not listed",
+             "bf16 instructions " + " and ".join(bf16) if bf16 else "no bf16 instructions in its flags"]
+    if found.get("xla_cpu_max_isa"):
+        isa = found["xla_cpu_max_isa"]
+        bits = ISA_VECTOR_BITS.get(isa.upper())
+        words.append(f"XLA:CPU capped at {isa}" + (f" ({bits}-bit vectors)" if bits else "")
+                     + " by XLA_FLAGS, as another CPU would run")
+    return ", ".join(words)
 
 
 def as_dict(records, *, profile: str, wall_s: float | None, made: datetime | None = None) -> dict:
@@ -39,6 +82,7 @@ def as_dict(records, *, profile: str, wall_s: float | None, made: datetime | Non
         "format": FORMAT,
         "made": made.strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine(),
+        "cpu": cpu(),
         "python": platform.python_version(),
         "devices": devices,
         "profile": profile,

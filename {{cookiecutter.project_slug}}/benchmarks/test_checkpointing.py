@@ -43,6 +43,7 @@ def hashing(output_dir: Path, scratch: Path) -> dict:
 
 
 @pytest.mark.benchmark(group="checkpoints")
+@pytest.mark.compares("bit for bit", "eval accuracy with step checkpoints against without (the same graphs)")
 def test_step_checkpoint_cost(benchmark, profile, tmp_path):
     epochs_only = isolation.run(partial(project_loop, checkpoint=True), profile, str(tmp_path / "epochs"))
     steps = benchmark.pedantic(

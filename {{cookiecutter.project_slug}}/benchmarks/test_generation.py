@@ -47,6 +47,7 @@ def export_and_prompts(tmp_path_factory):
 
 @pytest.mark.benchmark(group="causal-lm: generation")
 @pytest.mark.parametrize("where", ["device", "host"])
+@pytest.mark.compares("float32", "the number of new tokens of greedy continuations: the device against the host")
 def test_generation(benchmark, tmp_path, export_and_prompts, where):
     model, prompts = export_and_prompts
     report = benchmark.pedantic(run_project, args=(

@@ -29,6 +29,7 @@ def project_row(profile, rows) -> dict:
 
 @pytest.mark.benchmark(group="causal-lm: loops")
 @pytest.mark.parametrize("loop", list(LOOPS))
+@pytest.mark.compares("float32", "eval loss of the project's loop: FSDPv2 over 4 devices against one")
 def test_lm_loop(benchmark, profile, rows, loop):
     folder = str(rows["folder"] / loop)
     result = benchmark.pedantic(measure, args=(loop, profile, folder), rounds=1, iterations=1)
@@ -41,8 +42,10 @@ def test_lm_loop(benchmark, profile, rows, loop):
         assert result["recompilations"] == 0 and result["recompilation_causes"] == "none", result
         assert result["graphs"] == project["graphs"] == 2  # the train step, the eval step
         assert result["steady_tokens_per_second"] > 0
-        # FSDPv2 over 4 devices trains the same blocks to the same loss as one device.
-        assert abs(result["eval_loss"] - project["eval_loss"]) < 1e-4
+        # FSDPv2 over 4 devices trains the same blocks to the same loss as one device, in another program: within
+        # float32's bound for its steps (2**-17 a step, relative: tests/comparing.py).
+        apart = 2.0 ** -17 * project["optimizer_steps"]
+        assert abs(result["eval_loss"] - project["eval_loss"]) <= apart * project["eval_loss"]
     elif result["status"] == "ok":
         assert result["optimizer_steps"] == project["optimizer_steps"]  # the same work
         assert math.isfinite(result["eval_loss"])

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from comparing import FORMS
 from forkserver import ForkServer
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -25,10 +26,20 @@ PROJECT = Path(__file__).resolve().parent.parent
 # (measured: a quick demo run's CPU time 22.5 s -> 16.2 s, its compile seconds 23.5 -> 10.8), and with XLA:CPU's older
 # emitters for its fused loops instead of its fusion emitters (measured on 2 cores, a 6-step quick run at level 0:
 # compile seconds 9.6-10.0 -> 5.7-6.0, a step 0.45-0.57 s -> 0.19-0.31 s, the run 31 s -> 24-26 s). Both change only
-# the CPU backend's code generation, not the graphs; set XLA_FLAGS yourself to test with other flags.
+# the CPU backend's code generation, not the graphs. XLA_FLAGS set before the tests start wins flag for flag: with
+# `XLA_FLAGS=--xla_cpu_max_isa=AVX2` every run compiles as a CPU without AVX-512 would (`make flaky`'s other-CPU run,
+# docs/tests.md), with the tests' two flags beside it.
 TESTS_LEVEL = "--xla_backend_optimization_level=0"
 TESTS_XLA_FLAGS = f"{TESTS_LEVEL} --xla_cpu_use_fusion_emitters=false"
-os.environ.setdefault("XLA_FLAGS", TESTS_XLA_FLAGS)
+
+
+def with_tests_flags(given: str) -> str:
+    """XLA_FLAGS as given, and each of the tests' own flags that it does not set."""
+    named = {flag.partition("=")[0] for flag in given.split()}
+    return " ".join([*given.split(), *(flag for flag in TESTS_XLA_FLAGS.split() if flag.partition("=")[0] not in named)])
+
+
+os.environ["XLA_FLAGS"] = with_tests_flags(os.environ.get("XLA_FLAGS", ""))
 # What imports set in a process's environment (torch_xla's defaults; scikit-learn's KMP_* at its import), as this
 # process had them before any test imported them. A test that imports the package's tasks or scikit-learn in this
 # process would pass them to every later run's environment (child_env copies os.environ); such a run differs from the
@@ -217,6 +228,11 @@ def elsewhere(item) -> str | None:
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:  # a comparison of two runs says its form (tests/comparing.py), and what it compares
+        for mark in item.iter_markers("compares"):
+            if len(mark.args) != 2 or mark.args[0] not in FORMS or not mark.args[1]:
+                raise pytest.UsageError(f"{item.nodeid}: compares(form, what) takes a form of {FORMS} and what it "
+                                        f"compares, not {mark.args}")
     kept, moved = [], []
     for item in items:
         (moved if elsewhere(item) else kept).append(item)

@@ -13,6 +13,7 @@ import re
 
 import pytest
 import torch
+from comparing import float32_apart
 from conftest import NORMS, QUICK, child_env, python_code, run, spmd_env, train_in_workers
 from safetensors.torch import load_file
 
@@ -31,7 +32,9 @@ TRAIN = NO_DROPOUT + NORMS
 # where NORMS reads the norms (the JAX step clips inside its function).
 RUN = [*QUICK, "--mixed_precision", "no", "--checkpoint", "false", "--step_function", "lazy"]
 ONE_BATCH = ["--train_batch_size", "16"]
-TOLERANCE = 1e-5
+# Two programs in float32 (accumulated, sharded or in processes, against one batch): within float32's bound for
+# the 6 steps (tests/comparing.py), the weights' largest difference (they are about 1 at most) and the norms relative.
+TOLERANCE = float32_apart(6)
 
 
 def trained(folder, *args, xla: bool = True, env=None) -> tuple[dict, list[float], dict]:
@@ -71,6 +74,8 @@ def initial_weights() -> dict:
 @pytest.mark.slow
 @pytest.mark.xla
 @pytest.mark.machinery
+@pytest.mark.compares("float32", "weights and gradient norms of 6 steps: 4 micro-batches of 4 on one device, 4 "
+                      "sharded devices, against one batch of 16")
 def test_four_micro_batches_of_four_train_as_one_batch_of_16_on_one_device_and_on_four_sharded_ones(tmp_path):
     one_batch, norms, report = trained(tmp_path / "one-batch", *ONE_BATCH, env=dumping(tmp_path / "one-batch-graphs"))
     accumulated, accumulated_norms, accumulating = trained(tmp_path / "accumulated", "--train_batch_size", "4",
@@ -78,14 +83,14 @@ def test_four_micro_batches_of_four_train_as_one_batch_of_16_on_one_device_and_o
                                                            env=dumping(tmp_path / "accumulated-graphs"))
     sharded, sharded_norms, fsdp = trained(tmp_path / "fsdp", "--parallelism", "fsdp", "--train_batch_size", "1",
                                            "--gradient_accumulation_steps", "4", env=spmd_env(4))
-    # Not a test that passes because nothing moved: training moved the weights hundreds of times the tolerance.
+    # Not a test that passes because nothing moved: training moved the weights many times the tolerance.
     start = initial_weights()
-    assert largest_difference(one_batch, {name: start[name] for name in one_batch}) > 100 * TOLERANCE
+    assert largest_difference(one_batch, {name: start[name] for name in one_batch}) > 10 * TOLERANCE
     assert largest_difference(accumulated, one_batch) < TOLERANCE
     assert largest_difference(sharded, one_batch) < TOLERANCE
     # The gradients are those of the mean loss, not of the sum of the micro-batches' (AdamW alone would hardly tell).
-    assert len(norms) == 6 and accumulated_norms == pytest.approx(norms, rel=1e-5)
-    assert sharded_norms == pytest.approx(norms, rel=1e-5)
+    assert len(norms) == 6 and accumulated_norms == pytest.approx(norms, rel=TOLERANCE)
+    assert sharded_norms == pytest.approx(norms, rel=TOLERANCE)
     # What accumulation is for: the device holds one micro-batch's activations at a time, not the whole batch's
     # (XLA's CPU compiler: 9.8 MiB against 33.1 at 128 tokens; 4.1 against 11.0 at the 64 here).
     one_batch_bytes = largest_graph_bytes(tmp_path / "one-batch-graphs")
@@ -102,6 +107,8 @@ def test_four_micro_batches_of_four_train_as_one_batch_of_16_on_one_device_and_o
 @pytest.mark.slow
 @pytest.mark.machinery
 @pytest.mark.workers
+@pytest.mark.compares("float32", "weights and gradient norms of 6 steps: 2 gloo processes accumulating against one "
+                      "process with one batch of 16")
 def test_two_processes_accumulating_four_micro_batches_of_two_train_as_one_process_with_one_batch_of_16(tmp_path):
     """Without torch_xla (gloo workers): DDP reduces the gradients once per step, in the last micro-batch's backward."""
     one_batch, norms, _ = trained(tmp_path / "one-process", *ONE_BATCH, "--parallelism", "data", xla=False)
@@ -112,7 +119,7 @@ def test_two_processes_accumulating_four_micro_batches_of_two_train_as_one_proce
     assert largest_difference(two, one_batch) < TOLERANCE
     for rank in (0, 1):
         recorded = json.loads((tmp_path / "two" / "learning-rates" / f"norms-{rank}.json").read_text())
-        assert len(norms) == 6 and recorded == pytest.approx(norms, rel=1e-5)
+        assert len(norms) == 6 and recorded == pytest.approx(norms, rel=TOLERANCE)
 
 
 def test_the_demo_keeps_its_global_batch_of_16_when_accumulating():

@@ -112,6 +112,7 @@ def test_a_run_compiles_two_graphs_and_epochs_add_none(demo_report):
 @pytest.mark.xla
 @pytest.mark.slow
 @pytest.mark.layout("data")
+@pytest.mark.compares("bit for bit", "greedy samples: the run's against the same export continued again on the host")
 def test_the_trained_model_writes_greedy_samples_generated_on_the_host(demo_report):
     """Two continuations of eval prompts, printed and reported: the export's greedy ones, made on the CPU after the
     run's counts (still 2 graphs), so the same folder gives the same words here."""

@@ -236,6 +236,8 @@ def test_a_changed_setting_moves_the_schedule_to_where_the_new_one_is_and_says_s
     assert resumed.optimizer.param_groups[0]["lr"] == resumed.get_last_lr()[0]
 
 
+@pytest.mark.compares("bit for bit", "eval loss and accuracy: a resume that only evaluates the last step's weights "
+                      "against the run's own evaluation")
 def test_a_checkpoint_after_the_last_step_resumes_to_the_epoch_s_evaluation_and_checkpoint(tmp_path):
     """As a preemption can leave it: the run's last step trained and saved, its epoch's evaluation not yet done."""
     report, _ = train(tmp_path, *RUN, "--save_steps", "32")  # 16 steps an epoch: step-32 is the last step

@@ -10,6 +10,7 @@ import time
 
 import pytest
 import torch
+from comparing import float32_apart, relative
 from conftest import (
     METRIC,
     RUN_CLI,
@@ -28,7 +29,7 @@ from conftest import (
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig
 from {{ cookiecutter.project_slug }}.parallel.fsdp_wrapping import layer_class
 
-# The demo in float32 (so that 1e-4 means something), 2 epochs, each half naming its layout (it trains in an fsdp
+# The demo in float32 (so that float32's bound means something), 2 epochs, each half naming its layout (it trains in an fsdp
 # project, whose default is fsdp). The global batches are the same both ways (train 16, eval 64): each step syncs the
 # graph once and every sync advances XLA's random seed, so the same number of eval steps keeps the next epoch's dropout
 # masks the same.
@@ -64,20 +65,29 @@ def four_devices(tmp_path_factory):
 @pytest.mark.xla
 @pytest.mark.layout("fsdp")
 @pytest.mark.slow
+@pytest.mark.compares("float32", "losses, eval loss and metrics of 2 epochs: fsdp on 4 SPMD devices against the data "
+                      "layout on one")
 def test_four_sharded_devices_train_like_one(one_device, four_devices):
+    """Two programs in float32: the losses and the eval loss within float32's bound for the run's steps
+    (tests/comparing.py). The accuracy is a count: a row takes the other label only where its
+    two probabilities are within that bound of a tie, which the demo's 120 rows meet with a chance of about one in
+    several thousand, so it is compared exactly."""
     single, _, single_losses = one_device
     sharded, _, sharded_losses, _ = four_devices
     assert single["layout"]["parallelism"] == "data" and sharded["layout"]["parallelism"] == "fsdp"
-    assert len(sharded_losses) == len(single_losses) == sharded["train_examples"] // 16 * 2 >= 10
-    assert max(abs(a - b) for a, b in zip(single_losses, sharded_losses, strict=True)) < 1e-4
+    steps = len(sharded_losses)
+    assert len(single_losses) == steps == sharded["train_examples"] // 16 * 2 >= 10
+    apart = float32_apart(steps)
+    for step, (a, b) in enumerate(zip(single_losses, sharded_losses, strict=True), start=1):
+        assert relative(b, a) <= apart, (step, a, b)
     assert sum(sharded_losses[-5:]) < sum(sharded_losses[:5])  # and it learns
-    assert abs(sharded["eval_loss"] - single["eval_loss"]) < 1e-4
+    assert relative(sharded["eval_loss"], single["eval_loss"]) <= apart
     if TASK == "text-classification":
         assert sharded["eval_accuracy"] == single["eval_accuracy"] > 0.6
         # Per-example scores, split over the chips by the eval graph and made whole in it (devices.readable_later).
         assert sharded["eval_roc_auc"] == pytest.approx(single["eval_roc_auc"], abs=2e-3)
-    else:
-        assert sharded["eval_perplexity"] == pytest.approx(single["eval_perplexity"], rel=1e-4)
+    else:  # exp of the eval loss: its relative difference is the loss's absolute one
+        assert relative(sharded["eval_perplexity"], single["eval_perplexity"]) <= 2 * apart * single["eval_loss"]
     assert sharded["eval_examples_counted"] == single["eval_examples_counted"]  # padding masked out
 
 
@@ -115,6 +125,8 @@ def test_sharding_adds_no_graph_and_epochs_add_none(one_device, four_devices):
 @pytest.mark.xla
 @pytest.mark.layout("fsdp")
 @pytest.mark.slow
+@pytest.mark.compares("bit for bit", "metrics and exported weights on 4 SPMD devices: killed and resumed from a "
+                      "sharded checkpoint against the uninterrupted run")
 def test_sigkill_and_resume_end_with_the_uninterrupted_weights_and_metrics(tmp_path, four_devices):
     uninterrupted, _, _, uninterrupted_output = four_devices
     output = tmp_path / "outputs"
@@ -153,6 +165,8 @@ def assert_same_weights(folder, other) -> None:
 
 @pytest.mark.layout("fsdp")
 @pytest.mark.slow
+@pytest.mark.compares("float32", "the export's metrics on the host's CPU against the run's best evaluation on 4 SPMD "
+                      "devices")
 def test_the_export_loads_with_from_pretrained_off_xla_and_evaluates_to_the_run_s_metrics(four_devices):
     """The exported folder is a plain save_pretrained one: no wrapper prefixes, no torch_xla needed to read it.
 
@@ -175,7 +189,9 @@ def test_the_export_loads_with_from_pretrained_off_xla_and_evaluates_to_the_run_
     assert AutoTokenizer.from_pretrained(output / "model").get_vocab() == tokenizer.get_vocab()
     found = evaluate_on_cpu(model, tokenizer, eval_examples, 64)
     assert found["eval_examples_counted"] == exported["eval_examples_counted"]
-    assert found["eval_loss"] == pytest.approx(exported["eval_loss"], abs=1e-4)
+    # The same weights evaluated by two float32 programs (one forward: tests/comparing.py); the accuracy, a count, as
+    # in test_four_sharded_devices_train_like_one.
+    assert relative(found["eval_loss"], exported["eval_loss"]) <= float32_apart(1)
     if TASK == "text-classification":
         assert found["eval_accuracy"] == exported["eval_accuracy"]
         assert found["eval_roc_auc"] == pytest.approx(exported["eval_roc_auc"], abs=2e-3)  # each real row once
@@ -184,6 +200,7 @@ def test_the_export_loads_with_from_pretrained_off_xla_and_evaluates_to_the_run_
 @pytest.mark.xla
 @pytest.mark.layout("fsdp")
 @pytest.mark.slow
+@pytest.mark.compares("float32", "the first step's loss with gradient checkpointing against without, in each layout")
 def test_gradient_checkpointing_trains_in_both_layouts(tmp_path, one_device, four_devices):
     """It runs on XLA:CPU (torch_xla's checkpoint around each block); its memory saving shows only on a TPU.
 
@@ -198,8 +215,9 @@ def test_gradient_checkpointing_trains_in_both_layouts(tmp_path, one_device, fou
         )
         assert checkpointed[0]["config"]["gradient_checkpointing"] is True
         assert checkpointed[0]["layout"]["parallelism"] == name
-        # The first step's loss is the same (the forward is); later ones may differ by the recomputed dropout.
-        assert checkpointed[2][0] == pytest.approx(plain_runs[name][0], abs=1e-6), name
+        # The first step's loss is the same forward's, in another program (checkpointing's barriers change what XLA
+        # fuses): within float32's bound for one step. Later ones may differ by the recomputed dropout.
+        assert relative(checkpointed[2][0], plain_runs[name][0]) <= float32_apart(1), name
         assert checkpointed[0]["recompilations"] == 0
 
 

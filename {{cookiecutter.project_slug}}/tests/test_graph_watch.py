@@ -122,6 +122,7 @@ def test_a_host_read_is_named_by_its_cause_and_frame_and_the_checkpoint_is_kept(
 
 
 @pytest.mark.slow
+@pytest.mark.compares("bit for bit", "eval loss with the compilation watch against without (the same graphs)")
 def test_the_watch_adds_no_graph_and_no_transfer(tmp_path, watched_float32):
     on, _ = watched_float32
     off, _ = train(tmp_path / "off", *quick("--mixed_precision", "no", "--num_epochs", "2", "--watch_compilations", "false"))

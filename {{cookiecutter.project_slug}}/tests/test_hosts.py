@@ -215,6 +215,8 @@ main(sys.argv[2:])
 """
 
 
+@pytest.mark.compares("bit for bit", "exported weights read from the shards against the same weights gathered on 4 "
+                      "SPMD devices (no arithmetic)")
 def test_the_export_read_from_shards_is_bit_identical_to_a_gather_on_4_devices(tmp_path):
     import torch
     from conftest import run

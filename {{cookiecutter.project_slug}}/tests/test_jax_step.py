@@ -10,6 +10,7 @@ tests/test_step_function.py's).
 import json
 
 import pytest
+from comparing import BF16_RESOLUTION, float32_apart, relative
 from conftest import python_code, run, spmd_env
 
 pytestmark = [pytest.mark.machinery("causal-lm"), pytest.mark.slow]
@@ -101,10 +102,6 @@ print(json.dumps({"lazy": lazy, "whole": whole, "differences": differences, "ste
 """
 
 
-def relative(a: float, b: float) -> float:
-    return abs(a - b) / max(abs(a), 1e-12)
-
-
 _RUNS = {}  # arch -> the lazy and the whole step's runs, once per module (the fsdp test compares with BERT's)
 
 
@@ -121,26 +118,30 @@ def equivalence(request):
 
 
 @pytest.mark.xla
+@pytest.mark.compares("float32", "losses, gradient norms and weights after 10 steps: the JAX step against the lazy "
+                      "step")
 def test_the_whole_step_trains_as_the_lazy_step(equivalence):
-    """float32, no dropout, clip 1.0, a linear schedule: the same losses, norms and weights after 10 steps.
+    """float32, no dropout, clip 1.0, a linear schedule: the same losses, norms and weights after 10 steps, within
+    float32's bound for two programs over 10 steps (tests/comparing.py: 7.6e-5).
 
-    The weights: all of them together within 1e-6 relative (about 1e-7 measured), each tensor within 2e-6 of its own
-    norm (zero-initialised biases, whose norm is only what 10 steps moved them, measured up to 1.0e-6). Key biases
+    The weights: all of them together (about 1e-7 measured), and each tensor against its own norm (zero-initialised
+    biases, whose norm is only what 10 steps moved them, measured up to 1.0e-6). Key biases
     are left out: softmax ignores a shift shared by every key, so their gradient is 0 up to rounding, and AdamW
     divides that rounding noise by its own size (both steps move them by noise: 0.1-1.5 of their norm measured).
     """
     arch, found = equivalence
     lazy, whole = found["lazy"], found["whole"]
     assert len(whole["losses"]) == 10 and found["steps"] == [10]
+    apart = float32_apart(10)
     for a, b in zip(lazy["losses"] + lazy["norms"], whole["losses"] + whole["norms"], strict=True):
-        assert relative(a, b) <= 1e-6, (arch, lazy, whole)
+        assert relative(b, a) <= apart, (arch, lazy, whole)
     assert lazy["losses"][-1] != lazy["losses"][0]
     noise = {name for name in found["differences"] if ".key.bias" in name or "k_proj.bias" in name}
     assert noise, arch
     kept = {name: pair for name, pair in found["differences"].items() if name not in noise}
-    assert sum(d * d for d, _ in kept.values()) ** 0.5 <= 1e-6 * sum(n * n for _, n in kept.values()) ** 0.5
+    assert sum(d * d for d, _ in kept.values()) ** 0.5 <= apart * sum(n * n for _, n in kept.values()) ** 0.5
     worst = max((d / n, name) for name, (d, n) in kept.items())
-    assert worst[0] <= 2e-6, worst
+    assert worst[0] <= apart, worst
 
 
 @pytest.mark.xla
@@ -178,6 +179,7 @@ print(json.dumps({"first": first, "again": again, "other": other, "plain": plain
 
 
 @pytest.mark.xla
+@pytest.mark.compares("bit for bit", "dropout's losses: the same function and seed run again")
 def test_dropout_draws_a_new_mask_each_step_and_the_same_masks_from_the_same_seed():
     """BERT with dropout 0.1 at a learning rate of 0 (the same weights every call): each call's loss differs from
     the last's and from the loss without dropout; a new run with the same torch seed repeats them exactly."""
@@ -221,21 +223,25 @@ print(json.dumps({"plain": found[False], "checkpointed": found[True], "recompute
 
 @pytest.mark.xla
 @pytest.mark.parametrize("arch", ["bert", "qwen2"])
+@pytest.mark.compares("float32", "losses and gradient norms of 5 steps: each layer under jax.checkpoint, and the "
+                      "layers as one scan, against the step as written")
 def test_gradient_checkpointing_and_a_layer_scan_compute_the_step_as_written(arch):
     """--gradient_checkpointing in the JAX step: each of the 2 layers runs under jax.checkpoint (its activations
     recomputed in the backward pass), and with dropout on the 5 steps' losses and norms are those of the step without
     it: the recomputation draws the forward's masks, and the forward draws the masks it draws unchecked. The layers
-    as one scan (the compile-time benchmark's step) give the same losses and norms, dropout off."""
+    as one scan (the compile-time benchmark's step) give the same losses and norms, dropout off. Each is another
+    program than the step as written: within float32's bound for 5 steps."""
     found = json.loads(run(python_code(CHECKPOINTED, arch), timeout=600).stdout.strip().splitlines()[-1])
     assert found["recomputed"] == 2, found
     plain, checkpointed = found["plain"], found["checkpointed"]
     assert plain["losses"][0] != plain["losses"][-1]
+    apart = float32_apart(5)
     for a, b in zip(plain["losses"] + plain["norms"], checkpointed["losses"] + checkpointed["norms"], strict=True):
-        assert relative(a, b) <= 1e-6, (plain, checkpointed)
+        assert relative(b, a) <= apart, (plain, checkpointed)
     # The same module's step with its 2 layers as one scan over their stacked weights (no dropout): the same numbers.
     unscanned, scanned = found["unscanned"], found["scanned"]
     for a, b in zip(unscanned["losses"] + unscanned["norms"], scanned["losses"] + scanned["norms"], strict=True):
-        assert relative(a, b) <= 1e-5, (unscanned, scanned)
+        assert relative(b, a) <= apart, (unscanned, scanned)
 
 
 ACCUMULATED = COMMON + """
@@ -267,17 +273,20 @@ print(json.dumps({name: {"losses": run["losses"], "norms": run["norms"], "moved"
 
 @pytest.mark.xla
 @pytest.mark.parametrize("arch", ["bert", "qwen2"])
+@pytest.mark.compares("float32", "losses, gradient norms and weights of 5 steps: accumulation inside the JAX step "
+                      "against the lazy step's, and against one batch of 16")
 def test_gradient_accumulation_inside_the_function_trains_as_the_lazy_step_and_as_one_batch(arch):
     """--gradient_accumulation_steps 4 in the JAX step (a scan over the micro-batches inside the function) against the
     lazy step's accumulation of the same 4 micro-batches of 4, and against one batch of 16 without accumulation:
-    float32, no dropout, 5 steps: the same losses and norms within 1e-5 relative, and the same weights within 1e-5."""
+    float32, no dropout, 5 steps: three programs, the same losses and norms within float32's bound for 5 steps
+    (relative), and the same weights within it (the largest difference, absolute: the weights are about 1)."""
     found = json.loads(run(python_code(ACCUMULATED, arch), timeout=600).stdout.strip().splitlines()[-1])
-    lazy = found["lazy"]
-    assert lazy["moved"] > 100 * 1e-5  # the weights moved: a comparison that could fail
+    lazy, apart = found["lazy"], float32_apart(5)
+    assert lazy["moved"] > 10 * apart  # the weights moved (about 65 times the bound): a comparison that could fail
     for name in ("whole", "one-batch"):
         for a, b in zip(lazy["losses"] + lazy["norms"], found[name]["losses"] + found[name]["norms"], strict=True):
-            assert relative(a, b) <= 1e-5, (name, lazy, found[name])
-        assert found[name]["from_lazy"] <= 1e-5, (name, found[name]["from_lazy"])
+            assert relative(b, a) <= apart, (name, lazy, found[name])
+        assert found[name]["from_lazy"] <= apart, (name, found[name]["from_lazy"])
 
 
 LORA = COMMON + """
@@ -354,16 +363,18 @@ print(json.dumps(found))
 
 @pytest.mark.xla
 @pytest.mark.parametrize("arch", ["bert", "qwen2"])
+@pytest.mark.compares("bf16", "the first step's loss under bf16 autocast: the JAX step against the lazy step")
 def test_bf16_autocast_reaches_inside_the_jax_function(arch):
     """The forward wrapped in torch.autocast by precision.apply_to_model: the step runs the original forward under
     torchax's autocast, and its graph has as many bf16 dots as the lazy autocast step's (measured: all 30 of 30 in
-    both, forward and backward, for either model), and about its loss (the same float32 softmax and loss)."""
+    both, forward and backward, for either model), and about its loss (the same float32 softmax and loss, from bf16
+    dots: two programs, within bf16's resolution)."""
     found = json.loads(run(python_code(BF16, arch), timeout=600).stdout.strip().splitlines()[-1])
     lazy, whole = found["lazy"], found["whole"]
     print(arch, "bf16 dots of all dots: lazy", lazy, "whole", whole)
     assert lazy["bf16"] > 0 and whole["bf16"] == lazy["bf16"] and whole["all"] == lazy["all"]
     assert found["wrapped"]
-    assert whole["loss"] == pytest.approx(lazy["loss"], rel=1e-4)
+    assert whole["loss"] == pytest.approx(lazy["loss"], rel=BF16_RESOLUTION)
 
 
 FSDP = COMMON + """
@@ -391,11 +402,13 @@ print(json.dumps({**found, "before": before, "after": specs(model.parameters()),
 
 @pytest.mark.xla
 @pytest.mark.parametrize("layout", ["fsdp", "data"])
+@pytest.mark.compares("float32", "losses and gradient norms of 10 steps: 4 SPMD devices (fsdp, data) against one")
 def test_both_layouts_keep_every_sharding_and_train_as_one_device(layout):
     """4 SPMD CPU devices, each batch split over them. fsdp (FSDPv2's wrapping): every weight sharded before the step
     keeps its sharding after ten steps. data over SPMD (parallel/data_spmd.py): every weight replicated, before and
     after. In both AdamW's moments are laid out as their weights, and the losses and norms are one device's (the
-    BERT run of the equivalence fixture: same init, batches and schedule) within 1e-6 relative: under data the
+    BERT run of the equivalence fixture: same init, batches and schedule) within float32's bound for two programs over
+    10 steps: under data the
     partitioner's all-reduce averages the gradients that several processes could not (config/step_function.py)."""
     one_device = equivalence_run("bert")
     found = json.loads(run(python_code(FSDP, layout), env=spmd_env(4), timeout=600).stdout.strip().splitlines()[-1])
@@ -408,4 +421,4 @@ def test_both_layouts_keep_every_sharding_and_train_as_one_device(layout):
     assert found["compiled"][1:] == [0] * 9
     single = one_device["whole"]
     for a, b in zip(single["losses"] + single["norms"], found["losses"] + found["norms"], strict=True):
-        assert relative(a, b) <= 1e-6, (single, found)
+        assert relative(b, a) <= float32_apart(10), (single, found)

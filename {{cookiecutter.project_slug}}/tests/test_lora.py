@@ -129,6 +129,8 @@ def resume_after_epoch_1(uninterrupted_run, tmp_path, run, env=None) -> dict:
 @pytest.mark.xla
 @pytest.mark.layout("data")
 @pytest.mark.slow
+@pytest.mark.compares("bit for bit", "metrics and adapters with LoRA: resumed after epoch 1 against the "
+                      "uninterrupted run")
 def test_resumed_from_epoch_1_ends_as_the_uninterrupted_run(data_run, tmp_path):
     """The data layout's checkpoint (adapters and their optimizer state only): metrics and final adapters bit for bit."""
     resume_after_epoch_1(data_run, tmp_path, DATA_RUN)
@@ -144,6 +146,8 @@ def test_resumed_from_epoch_1_ends_as_the_uninterrupted_run(data_run, tmp_path):
 @pytest.mark.xla
 @pytest.mark.layout("fsdp")
 @pytest.mark.slow
+@pytest.mark.compares("bit for bit", "metrics and adapters with LoRA on 2 SPMD devices: resumed after epoch 1 "
+                      "against the uninterrupted run")
 def test_fsdp_resumed_from_epoch_1_ends_as_the_uninterrupted_run(fsdp_run, tmp_path):
     """The sharded checkpoint (adapters and their optimizer state only) resumes to the uninterrupted run's metrics."""
     resume_after_epoch_1(fsdp_run, tmp_path, FSDP_RUN, env=spmd_env(2))
@@ -160,6 +164,7 @@ def test_a_pretrained_model_trains_its_adapters_at_ten_times_the_full_fine_tunin
 @pytest.mark.xla
 @pytest.mark.layout("data")
 @pytest.mark.slow
+@pytest.mark.compares("float32", "logits on the host: the merged export against the base model with peft's adapters")
 def test_the_adapter_export_loads_with_peft_and_the_merged_one_gives_its_logits(data_run):
     import peft
 

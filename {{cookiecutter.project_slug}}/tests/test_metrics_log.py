@@ -33,6 +33,8 @@ def logged(tmp_path_factory):
 
 @pytest.mark.xla
 @pytest.mark.slow
+@pytest.mark.compares("bit for bit", "every step's loss and norm, and the eval loss, of the bf16 default: a log "
+                      "every step against no logs (the same graphs)")
 def test_every_log_holds_its_steps_loss_norm_and_rate_and_adds_only_its_own_reads(logged, tmp_path):
     report, records, steps = logged
     logs = [record for record in records if "learning_rate" in record]
@@ -240,6 +242,8 @@ def test_mfu_is_given_for_a_known_tpu_and_said_why_not_elsewhere(monkeypatch):
 
 @pytest.mark.xla
 @pytest.mark.slow
+@pytest.mark.compares("bit for bit", "eval loss of the bf16 default: two steps traced by the profiler against the "
+                      "run untraced (the same graphs)")
 def test_profile_steps_trace_those_steps_and_compile_nothing_more(logged, tmp_path):
     import gzip
 

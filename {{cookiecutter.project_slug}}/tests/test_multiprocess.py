@@ -68,6 +68,7 @@ def test_learning_rate_follows_one_linear_schedule_at_any_process_count(runs, pr
 
 
 @pytest.mark.parametrize("processes", [2, 3])
+@pytest.mark.compares("float32", "ROC AUC of 2 and 3 gloo processes against the export evaluated on the host")
 def test_eval_counts_each_example_once_across_processes(runs, processes):
     report, _, _ = runs(processes)
     # The classifier's 120 eval texts are not a multiple of 2 x 16 nor of 3 x 16: padded rows are masked out.
@@ -189,6 +190,8 @@ def same_weights(checkpoint: Path, other: Path) -> bool:
     return all(torch.equal(found[name], expected[name]) for name in expected)
 
 
+@pytest.mark.compares("bit for bit", "metrics and weights of 2 gloo processes: stopped by a signal and resumed "
+                      "against the uninterrupted run")
 def test_sigterm_to_one_process_stops_every_process_at_one_step_and_resume_ends_as_uninterrupted(uninterrupted,
                                                                                                   tmp_path):
     """A preemption notice seen by one process: all agree on the step, one checkpoint, resume is exact."""
@@ -228,6 +231,8 @@ def test_sigterm_to_one_process_stops_every_process_at_one_step_and_resume_ends_
     assert same_weights(checkpoints / "epoch-2", reference_folder / "outputs" / "checkpoints" / "epoch-2")
 
 
+@pytest.mark.compares("bit for bit", "metrics and weights of 2 gloo processes: resumed from the older checkpoint "
+                      "against the uninterrupted run")
 def test_a_file_damaged_in_one_process_s_share_sends_both_to_the_older_checkpoint(uninterrupted, tmp_path):
     """Each process checks its share of the files; both agree on the checkpoint, and end as the uninterrupted run."""
     import shutil

@@ -59,6 +59,7 @@ def test_graph_holds_the_promised_types(level):
 @pytest.mark.xla
 @pytest.mark.slow
 @pytest.mark.layout("data")
+@pytest.mark.compares("bf16", "the bf16 demo's eval metrics against the float32 demo's")
 def test_the_default_is_bf16_compute_on_float32_weights_in_two_graphs(demo_report):
     """The default demo: autocast, float32 state, 2 graphs, no deprecation warning, and it learns like float32."""
     report, result = demo_report("bf16")

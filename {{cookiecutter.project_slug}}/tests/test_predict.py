@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from comparing import BF16_RESOLUTION, float32_apart, margin, near_ties
 from conftest import (
     NO_XLA_PRELUDE,
     PARALLELISM,
@@ -79,6 +80,11 @@ def alone_from_a_hub_split_and_in_two_workers(tmp_path, flags: list[str]) -> tup
         env=child_env(xla=False))
     assert json.loads(outputs[2].with_name("2.jsonl.report.json").read_text())["processes"] == 2
     return read_rows(outputs[1]), read_rows(outputs[2])
+
+
+def row_probabilities(row: dict) -> list[float]:
+    """A labelled row's probability of each class, in class order."""
+    return [float(row[f"probability_{label}"]) for label in range(2)]
 
 
 def from_a_hub_split(tmp_path, flags: list[str]):
@@ -165,12 +171,19 @@ def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path, capsys, local_mode
 
 @pytest.mark.xla
 @pytest.mark.slow
+@pytest.mark.compares("float32", "labels and counts of the export: predict.py on the device against the run's "
+                      "evaluation and transformers' pipeline on the host; at bf16 against float32 (bf16's resolution)")
 def test_the_export_labels_the_eval_file_as_its_run_evaluated_it_in_one_graph(run_training, tmp_path):
     """The export of a float32 run labels the demo's eval file on the device in float32 (through `accelerate
     launch`; 4 SPMD devices in an fsdp project):
     1 graph, none after the first batch, each of the 120 rows once in input order, each label the most probable
     class, and as many right as the run's own evaluation counted; the same labels as transformers' pipeline on the
-    host's CPU, and at bf16 at least 99.5 % of them."""
+    host's CPU; and at bf16 the same labels but where bf16's rounding moved the probabilities across a tie.
+
+    Each is another program than the one it is compared with (tests/comparing.py): in float32 a label may differ only
+    at a near tie, a row whose two probabilities are within float32's bound of each other (none so far); in bf16
+    every probability moves by about bf16's resolution, and a label may differ only where the float32 margin is
+    within what bf16 moved that row."""
     from transformers import pipeline
 
     report, _ = run_training(*quick("--mixed_precision", "no", "--checkpoint", "false"))
@@ -185,32 +198,42 @@ def test_the_export_labels_the_eval_file_as_its_run_evaluated_it_in_one_graph(ru
     for row in rows:
         chances = [float(row[f"probability_{label}"]) for label in (0, 1)]
         assert abs(sum(chances) - 1) < 1e-5 and int(row["label"]) == chances.index(max(chances))
+    ties = near_ties([margin(row_probabilities(row)) for row in rows], float32_apart(1))
     right = sum(int(row["label"]) == int(expected["label"]) for row, expected in zip(rows, truth, strict=True))
-    assert right == round(report["eval_accuracy"] * 120) == round(figures["accuracy"] * 120)
+    assert right == round(figures["accuracy"] * 120) and abs(right - round(report["eval_accuracy"] * 120)) <= len(ties)
     assert [row["true_label"] for row in rows] == [expected["label"] for expected in truth]
     on_cpu = pipeline("text-classification", model=report["exported"], device="cpu")
     ids = {name: index for index, name in on_cpu.model.config.id2label.items()}
     found = [ids[label["label"]] for label in on_cpu([row["text"] for row in truth], truncation=True, max_length=64)]
-    assert [int(row["label"]) for row in rows] == found
-    # At bf16 (autocast around the forward, predict.py's default as training's): at least 99.5 % of the labels agree.
+    assert {index for index, row in enumerate(rows) if int(row["label"]) != found[index]} <= set(ties)
+    # At bf16 (autocast around the forward, predict.py's default as training's): each probability within bf16's
+    # resolution of its float32 one (measured: 1.2e-4 at most, natively and as an AVX2 CPU compiles it), and the same
+    # label wherever the float32 margin is wider than twice that row's move (the smallest margin measured: 0.058).
     run(python_command(*flags, "--output", str(in_bf16), "--mixed_precision", "bf16", module=PREDICT),
         launched()[1])  # the launcher is shown above: the same environment, forked (seconds instead of ~10)
     assert json.loads(in_bf16.with_name(in_bf16.name + ".report.json").read_text())["precision"] == "bf16"
-    agree = sum(int(row["label"]) == label for row, label in zip(read_rows(in_bf16), found, strict=True))
-    assert agree >= 0.995 * 120, agree
+    in_bf16_rows = read_rows(in_bf16)
+    moved = [max(abs(a - b) for a, b in zip(row_probabilities(low), row_probabilities(row), strict=True))
+             for low, row in zip(in_bf16_rows, rows, strict=True)]
+    assert max(moved) <= BF16_RESOLUTION, max(moved)
+    flipped = [index for index, row in enumerate(in_bf16_rows) if int(row["label"]) != int(rows[index]["label"])]
+    assert all(margin(row_probabilities(rows[index])) <= 2 * moved[index] for index in flipped), flipped
 
 
 @pytest.mark.slow
 @pytest.mark.layout("data")
+@pytest.mark.compares("float32", "labels and probabilities of an untrained model: two gloo processes against one")
 def test_two_processes_each_label_their_share_and_the_rows_come_back_once_in_order(tmp_path, local_model):
     """Two gloo workers on the CPU against one process: the same file, the same labels and probabilities; the same
     file as a hub data set's split, the same rows."""
     alone, shared = alone_from_a_hub_split_and_in_two_workers(tmp_path, [
         "--model", str(local_model), "--input", str(EVAL_FILE), "--batch_size", "16", "--max_seq_length", "64"])
     assert [row["row"] for row in shared] == list(range(120))
-    for one, other in zip(alone, shared, strict=True):
-        assert one["label"] == other["label"]
-        assert one["probability_1"] == pytest.approx(other["probability_1"], abs=1e-6)
+    # Eager float32 on the host in batches of other rows: another summation order, one forward (tests/comparing.py).
+    ties = near_ties([margin(row_probabilities(row)) for row in alone], float32_apart(1))
+    for index, (one, other) in enumerate(zip(alone, shared, strict=True)):
+        assert one["label"] == other["label"] or index in ties
+        assert one["probability_1"] == pytest.approx(other["probability_1"], abs=float32_apart(1))
 {%- else %}
 
 
@@ -225,11 +248,17 @@ def write_prompts(folder):
 
 @pytest.mark.xla
 @pytest.mark.slow
+@pytest.mark.compares("float32", "greedy continuations of the float32 export: the device's prefill and decode graphs "
+                      "against transformers' generate() on the host")
 def test_the_device_continues_each_prompt_as_the_host_does_in_two_graphs(tmp_path, demo_report):
     """The demo's float32 export continues 5 prompts in batches of 2 (the last padded) on the device (through
     `accelerate launch`; 4 SPMD devices in an fsdp project): a prefill graph and one decode graph for all 12 steps of
     all 3 batches, and for each prompt the same greedy continuation as transformers' generate() on the host's CPU
-    (--generate_on host)."""
+    (--generate_on host).
+
+    Two float32 programs (tests/comparing.py): each token is the argmax of logits that agree within float32's bound,
+    so the two pick another token only where the top two logits are that close (a few 1e-5 of a logit), which 60
+    tokens meet with a chance of about one in a thousand: compared token for token."""
     report, _ = demo_report("fp32")
     prompts, outputs = write_prompts(tmp_path), {where: tmp_path / f"{where}.jsonl" for where in ("device", "host")}
     for where, output in outputs.items():
@@ -249,9 +278,11 @@ def test_the_device_continues_each_prompt_as_the_host_does_in_two_graphs(tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.layout("data")
+@pytest.mark.compares("float32", "greedy continuations of an untrained model: two gloo processes against one")
 def test_two_processes_each_continue_their_share_and_the_rows_come_back_once_in_order(tmp_path, local_model):
     """Two gloo workers on the CPU against one process: the same greedy continuations, each prompt once, in order;
-    the same file as a hub data set's split, the same rows."""
+    the same file as a hub data set's split, the same rows. (Eager float32 in batches of other rows: token for token,
+    as in test_the_device_continues_each_prompt_as_the_host_does_in_two_graphs.)"""
     alone, shared = alone_from_a_hub_split_and_in_two_workers(tmp_path, [
         "--model", str(local_model), "--input", str(write_prompts(tmp_path)), "--batch_size", "2",
         "--max_new_tokens", "6"])

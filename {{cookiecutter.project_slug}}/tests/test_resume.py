@@ -180,6 +180,8 @@ def reference(tmp_path_factory):
 @pytest.mark.xla
 @pytest.mark.machinery
 @pytest.mark.slow
+@pytest.mark.compares("bit for bit", "weights, metrics and logs: killed three times and resumed against the "
+                      "uninterrupted run")
 def test_killed_three_times_resumes_to_the_uninterrupted_result(reference, tmp_path):
     """Also issue 3's promise: a run stopped after epoch 1 and resumed ends with the same weights."""
     final, expected = reference
@@ -269,6 +271,8 @@ def assert_same_logs(output, uninterrupted, resumed_at: int) -> None:
     pytest.param("ctrl-c-mid-epoch-2", marks=pytest.mark.machinery),  # SIGINT: Ctrl-C, as the README promises
 ])
 @pytest.mark.slow
+@pytest.mark.compares("bit for bit", "weights, metrics and logs: stopped by a signal and resumed against the "
+                      "uninterrupted run")
 def test_sigterm_stops_at_a_step_with_a_checkpoint_and_resume_ends_as_the_uninterrupted_run(reference, tmp_path, point):
     """A preemption's SIGTERM (or a Ctrl-C): the step in flight finishes, a checkpoint is written, the exit status
     says so."""
@@ -303,6 +307,8 @@ def test_sigterm_stops_at_a_step_with_a_checkpoint_and_resume_ends_as_the_uninte
 @pytest.mark.xla
 @pytest.mark.machinery
 @pytest.mark.slow
+@pytest.mark.compares("bit for bit", "weights and optimizer state in pure bf16 with Kahan summation: resumed from a "
+                      "step checkpoint against the uninterrupted run (the same steady step)")
 def test_the_kahan_optimizer_resumes_from_a_step_checkpoint_bit_for_bit(tmp_path):
     """bf16 weights with Kahan summation (optimi's AdamW): the compensation buffers are optimizer state, saved and
     loaded with it, so a run resumed at step 3 ends with the uninterrupted run's weights and optimizer state."""
@@ -323,6 +329,8 @@ def test_the_kahan_optimizer_resumes_from_a_step_checkpoint_bit_for_bit(tmp_path
 @pytest.mark.xla
 @pytest.mark.machinery
 @pytest.mark.slow
+@pytest.mark.compares("bit for bit", "weights, metrics and logs: killed in a step checkpoint's save and resumed "
+                      "against the uninterrupted run")
 def test_sigkill_during_a_step_checkpoint_keeps_the_previous_one(reference, tmp_path):
     final, expected = reference
     output = tmp_path / "outputs"
@@ -338,6 +346,7 @@ def test_sigkill_during_a_step_checkpoint_keeps_the_previous_one(reference, tmp_
 @pytest.mark.xla
 @pytest.mark.machinery
 @pytest.mark.slow
+@pytest.mark.compares("bit for bit", "metrics with step checkpoints against the run without them (the same graphs)")
 def test_step_checkpoints_add_no_graph_keep_the_newest_and_report_their_cost(reference, tmp_path):
     _, expected = reference
     output = tmp_path / "outputs"
@@ -375,6 +384,8 @@ FULL_DISK_ON_SECOND_SAVE = cli_with_save_state("""
 @pytest.mark.xla
 @pytest.mark.machinery
 @pytest.mark.slow
+@pytest.mark.compares("bit for bit", "epoch 1's weights of a run whose second save met a full disk against the "
+                      "uninterrupted run's")
 def test_disk_full_during_save_keeps_previous_checkpoint(reference, tmp_path):
     final, _ = reference
     first = final.parent / "epoch-1"

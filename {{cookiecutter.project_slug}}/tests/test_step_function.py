@@ -10,6 +10,7 @@ import json
 
 import pytest
 import torch
+from comparing import float32_apart, relative
 from conftest import (
     PARALLELISM,
     TASK,
@@ -42,6 +43,8 @@ JAX_RUN = ["--demo", "true", "--max_seq_length", "32", "--max_train_examples", "
 @pytest.mark.xla
 @pytest.mark.slow
 @pytest.mark.layout("data")
+@pytest.mark.compares("bit for bit", "weights and optimizer state of the JAX step at the bf16 default: resumed from "
+                      "step 3 against the uninterrupted run")
 def test_the_jax_step_trains_adds_no_graph_and_resumes_bit_for_bit(tmp_path):
     if not JAX_AT_THE_BAKED_LEVEL:
         pytest.skip(f"the bake's {BAKED_LEVEL} takes the lazy step (its resume: tests/test_resume.py)")
@@ -65,11 +68,15 @@ def test_the_jax_step_trains_adds_no_graph_and_resumes_bit_for_bit(tmp_path):
 @pytest.mark.xla
 @pytest.mark.slow
 @pytest.mark.layout("data")
+@pytest.mark.compares("float32", "evaluations and exported weights of 2 epochs at the pretrained rate: the JAX step "
+                      "against the lazy step")
 def test_at_the_pretrained_rate_the_jax_step_evaluates_as_the_lazy_step(tmp_path):
     """A model saved with save_pretrained (the default architecture, tiny, dropout off), fine-tuned on the demo's files
-    at the bake's pretrained learning rate, float32, by each step: the same evaluations (their losses within 1e-5
-    relative, the metric within 1e-4) and the same exported weights: apart by under 1e-3 of how far the rate moved
-    them (key biases aside: their gradient is rounding noise, which AdamW moves them by in both steps)."""
+    at the bake's pretrained learning rate, float32, by each step: the same evaluations (two programs: their losses
+    within float32's bound for the run's steps, tests/comparing.py; the accuracy, a count, exactly, as in
+    test_fsdp.py; the perplexity, the loss's exp, within the loss's bound) and the same exported weights: apart by
+    under 1e-3 of how far the rate moved them (key biases aside: their gradient is rounding noise, which AdamW moves
+    them by in both steps)."""
     from safetensors.torch import load_file
 
     model = write_model(tmp_path / "model", "Qwen2" if TASK == "causal-lm" else "BERT", demo_tokenizer(), dropout=False)
@@ -84,9 +91,13 @@ def test_at_the_pretrained_rate_the_jax_step_evaluates_as_the_lazy_step(tmp_path
     assert jax["learning_rate"]["first_step"] == TrainConfig().pretrained_learning_rate
     assert (jax["step_function"], lazy["step_function"]) == ("jax", "lazy")
     metric = "eval_perplexity" if TASK == "causal-lm" else "eval_accuracy"
+    apart = float32_apart(lazy["learning_rate"]["optimizer_steps"])
     for a, b in zip(jax["evaluations"], lazy["evaluations"], strict=True):
-        assert abs(a["eval_loss"] - b["eval_loss"]) <= 1e-5 * b["eval_loss"], (a, b)
-        assert a[metric] == pytest.approx(b[metric], rel=1e-4), (a, b)
+        assert relative(a["eval_loss"], b["eval_loss"]) <= apart, (a, b)
+        if TASK == "causal-lm":
+            assert relative(a[metric], b[metric]) <= 2 * apart * b["eval_loss"], (a, b)
+        else:
+            assert a[metric] == b[metric], (a, b)
     start = load_file(model / "model.safetensors")
     ends = {step: load_file(tmp_path / step / "outputs" / "model" / "model.safetensors") for step in reports}
     kept = [name for name in start if not name.endswith(("key.bias", "k_proj.bias")) and name in ends["lazy"]]

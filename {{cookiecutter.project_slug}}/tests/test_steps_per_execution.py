@@ -5,13 +5,15 @@ checks its task in its layout.
 The runs: 80 demo examples, 2 a chip in each of 2 micro-batches (16 a step: 5 steps an epoch), --max_steps 12, logs and checkpoints every
 4 steps, LoRA and gradient checkpointing, float32, dropout on (each step draws its own masks either way). With K = 4
 the calls hold 4, 1 | 3, 2 | 2 steps (the epoch ends at 5 and 10, a log and a checkpoint are due at 4, 8 and 12), so
-most calls run masked steps.
+most calls run masked steps. One step a call and four are two programs: they agree within float32's bound
+(tests/comparing.py); a run resumed between calls runs the same calls as the uninterrupted one: the same bits.
 """
 
 import json
 
 import pytest
 import torch
+from comparing import BF16_RESOLUTION, float32_apart, relative
 from conftest import PRECISION_FLAGS, child_env, python_command, readme_flags, run, spmd_env, train
 
 from {{ cookiecutter.project_slug }}.config import ConfigError, TrainConfig, step_function
@@ -48,25 +50,29 @@ def pair(tmp_path_factory):
 
 @pytest.mark.xla
 @pytest.mark.slow
+@pytest.mark.compares("float32", "logged losses, gradient norms, evaluations and weights: a scan of 4 steps a call "
+                      "against 1 step a call, 12 steps")
 def test_four_steps_a_call_train_as_one_step_a_call(pair):
     """The same logged losses (each a mean over 4 steps) and gradient norms, evaluations and exported weights within
-    1e-5, with no graph more than one step a call and no recompilation."""
+    float32's bound for 12 steps (two programs: tests/comparing.py), with no graph more than one step a call and no
+    recompilation."""
     (one, one_folder), (four, four_folder) = pair[1], pair[4]
+    apart = float32_apart(12)
     assert (one["steps_per_execution"], four["steps_per_execution"]) == (1, 4)
     logs = {steps: [line for line in _logs(folder) if "loss" in line] for steps, folder in ((1, one_folder), (4, four_folder))}
     assert [line["step"] for line in logs[4]] == [4, 8, 12] == [line["step"] for line in logs[1]]
     for a, b in zip(logs[1], logs[4], strict=True):
         assert a["learning_rate"] == b["learning_rate"]
         for key in ("loss", "grad_norm"):
-            assert abs(a[key] - b[key]) <= 1e-5 * abs(a[key]), (key, a, b)
+            assert relative(b[key], a[key]) <= apart, (key, a, b)
     for a, b in zip(one["evaluations"], four["evaluations"], strict=True):
-        assert abs(a["eval_loss"] - b["eval_loss"]) <= 1e-5 * abs(a["eval_loss"]), (a, b)
+        assert relative(b["eval_loss"], a["eval_loss"]) <= apart, (a, b)
     assert one["learning_rate"] == four["learning_rate"]
     weights = {steps: _exported(folder) for steps, folder in ((1, one_folder), (4, four_folder))}
     assert weights[1].keys() == weights[4].keys() and weights[1]
     difference = sum(float((weights[1][name] - weights[4][name]).float().norm()) ** 2 for name in weights[1]) ** 0.5
     size = sum(float(weights[1][name].float().norm()) ** 2 for name in weights[1]) ** 0.5
-    assert difference <= 1e-5 * size, (difference, size)
+    assert difference <= apart * size, (difference, size)
     assert four["xla_compilations"] <= one["xla_compilations"] + 1 and four["recompilations"] == 0
     # 12 steps in 5 calls of 4 (4, 1 | 3, 2 | 2): 8 steps masked; one step a call masks none.
     assert four["steps_per_execution_calls"]["calls"] == 5 and four["steps_per_execution_calls"]["masked_steps"] == 8
@@ -75,6 +81,8 @@ def test_four_steps_a_call_train_as_one_step_a_call(pair):
 
 @pytest.mark.xla
 @pytest.mark.slow
+@pytest.mark.compares("bit for bit", "exported weights: resumed between calls of 4 steps against the uninterrupted run "
+                      "(the same calls of the same function)")
 def test_a_run_resumed_between_calls_ends_as_the_uninterrupted_one_bit_for_bit(pair, tmp_path):
     """A run killed inside a call restarts from the checkpoint written after the last whole call: here step 8's, the
     end of the second epoch's first call (steps 6-8). Resumed from it, the run groups its steps as before (9-10, then
@@ -148,14 +156,21 @@ def test_calls_end_where_a_log_or_checkpoint_is_due_and_at_the_epoch_s_end():
 @pytest.mark.xla
 @pytest.mark.slow
 @pytest.mark.machinery
+@pytest.mark.compares("bf16", "eval losses of the bf16 demo (90 steps): 4 steps a call against 1")
 def test_the_demo_with_four_steps_a_call_ends_at_the_same_eval_loss(demo_report, tmp_path):
     """The README's demo at the default bf16, dropout on, with --steps_per_execution 4 (its logs every 10 steps moved
-    to every 12, said in a line): every evaluation's loss is the one-step-a-call demo's, and no graph more."""
+    to every 12, said in a line): every evaluation's loss is the one-step-a-call demo's within bf16's resolution, and
+    no graph more.
+
+    Two programs in bf16: they agreed bit for bit on an Intel Xeon with AVX-512 BF16, and were 4.8e-5 apart on an AMD
+    EPYC with it (where the test once asserted 1e-6) and 1.2e-4 apart on the same Xeon with XLA_FLAGS=
+    --xla_cpu_max_isa=AVX2 (the second evaluation: 0.29668677 against 0.29665216). The float32 claim, within
+    float32's bound, is test_four_steps_a_call_train_as_one_step_a_call's."""
     one, _ = demo_report("bf16")
     four, result = train(tmp_path, *readme_flags("the demo"), *PRECISION_FLAGS["bf16"], "--checkpoint", "false",
                          "--max_recompilations", "0", "--steps_per_execution", "4", env=child_env(long=True))
     assert "logging_steps: 12, not 10: logs fall between calls of 4 steps" in result.stdout
     assert four["steps_per_execution"] == 4 and four["logging"]["logging_steps"] == 12
     assert [e["eval_loss"] for e in four["evaluations"]] == pytest.approx([e["eval_loss"] for e in one["evaluations"]],
-                                                                          rel=1e-6)
+                                                                          rel=BF16_RESOLUTION)
     assert four["xla_compilations"] <= one["xla_compilations"] and four["recompilations"] == 0

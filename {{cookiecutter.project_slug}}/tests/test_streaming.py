@@ -92,6 +92,8 @@ def test_streaming_trains_with_two_graphs_and_no_recompilation(tmp_path):
 @pytest.mark.workers
 @pytest.mark.layout("data")
 @pytest.mark.slow
+@pytest.mark.compares("bit for bit", "weights and optimizer state of 2 gloo processes streaming: resumed against the "
+                      "uninterrupted run")
 def test_two_processes_resume_their_streams_at_the_exact_block(tmp_path):
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     for folder in (whole, resumed):
@@ -112,6 +114,7 @@ def test_two_processes_resume_their_streams_at_the_exact_block(tmp_path):
 @pytest.mark.xla
 @pytest.mark.layout("fsdp")
 @pytest.mark.slow
+@pytest.mark.compares("bit for bit", "eval loss on 4 SPMD devices streaming: resumed against the uninterrupted run")
 def test_fsdp_on_four_devices_resumes_its_stream_at_the_exact_block(tmp_path):
     args = [*RUN, "--parallelism", "fsdp", "--train_batch_size", "2"]
     main = "\nimport sys\nfrom {{ cookiecutter.project_slug }}.cli import main\nmain(sys.argv[1:])\n"
