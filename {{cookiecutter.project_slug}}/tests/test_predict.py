@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+{%- if cookiecutter.task != "causal-lm" %}
 from comparing import BF16_RESOLUTION, float32_apart, margin, near_ties
+{%- endif %}
 from conftest import (
     NO_XLA_PRELUDE,
     PARALLELISM,
@@ -80,11 +82,6 @@ def alone_from_a_hub_split_and_in_two_workers(tmp_path, flags: list[str]) -> tup
         env=child_env(xla=False))
     assert json.loads(outputs[2].with_name("2.jsonl.report.json").read_text())["processes"] == 2
     return read_rows(outputs[1]), read_rows(outputs[2])
-
-
-def row_probabilities(row: dict) -> list[float]:
-    """A labelled row's probability of each class, in class order."""
-    return [float(row[f"probability_{label}"]) for label in range(2)]
 
 
 def from_a_hub_split(tmp_path, flags: list[str]):
@@ -167,6 +164,11 @@ def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path, capsys, local_mode
     assert len(errors) == 1 and expected in errors[0], errors
     assert not output.exists()
 {%- if cookiecutter.task != "causal-lm" %}
+
+
+def row_probabilities(row: dict) -> list[float]:
+    """A labelled row's probability of each class, in class order."""
+    return [float(row[f"probability_{label}"]) for label in range(2)]
 
 
 @pytest.mark.xla
