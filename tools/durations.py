@@ -39,6 +39,13 @@ def table(found: dict) -> str:
                         reverse=True)
     lines += ["", f"The {SLOWEST} slowest tests of all runs:", "", "| s | test |", "|---|---|"]
     lines += [f"| {seconds:.1f} | {test} |" for seconds, test in everything[:SLOWEST]]
+    files = {}
+    for name, (_, tests) in found.items():
+        for seconds, test in tests:
+            files[f"{name}: {test.split('::')[0]}"] = files.get(f"{name}: {test.split('::')[0]}", 0.0) + seconds
+    lines += ["", f"The {SLOWEST} slowest test files of all runs (their tests' seconds added up):", "",
+              "| s | file |", "|---|---|"]
+    lines += [f"| {seconds:.1f} | {file} |" for file, seconds in sorted(files.items(), key=lambda item: -item[1])[:SLOWEST]]
     return "\n".join(lines) + "\n"
 
 
