@@ -48,6 +48,9 @@ os.environ["XLA_FLAGS"] = with_tests_flags(os.environ.get("XLA_FLAGS", ""))
 IMPORT_VARIABLES = ("XLA_FLAGS", "GRPC_VERBOSITY", "TF_CPP_MIN_LOG_LEVEL", "PJRT_DYNAMIC_PLUGINS",
                         "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK")
 BEFORE_IMPORTS = {name: os.environ.get(name) for name in IMPORT_VARIABLES}
+# This process's environment as the tests found it (with their XLA flags): a fork server starts from it whenever it
+# starts, so that nothing a test set in this process before (environment_as_it_was) becomes the servers' own.
+AT_START = dict(os.environ)
 # A long run (tens of steps) is the other way round: a step of the demo's model runs about twice as fast at LLVM's
 # level 1 as at 0, for more than twice the compile seconds (measured on 2 cores, the default demo's 90 steps with the
 # older emitters: 62 s at level 0, 48 s at level 1; a 6-step quick run 24-26 s -> 34.5 s). child_env(long=True) gives
@@ -246,6 +249,25 @@ def pytest_report_header(config):
     return f"{TASK} project, {PARALLELISM} layout: the tests about the other layout{machinery} are deselected"
 
 
+def restore_environment(before: dict) -> None:
+    """os.environ as it was when `before` was taken: what was set since is gone, what was changed is back."""
+    for name in set(os.environ) - set(before):
+        del os.environ[name]
+    os.environ.update(before)
+
+
+@pytest.fixture(autouse=True)
+def environment_as_it_was():
+    """Each test leaves this process's environment as it found it. Code a test runs in this process sets variables
+    that no monkeypatch undoes: test_plan.py's TPU compiler (xla/tpu_compile.py: ALLOW_MULTIPLE_LIBTPU_LOAD,
+    TPU_WORKER_HOSTNAMES; jax's and libtpu's imports: TPU_LIBRARY_PATH, TPU_SKIP_MDS_QUERY). child_env copies the
+    environment, so every later run differed from the fork server's and started as a plain subprocess, 5-9 s of
+    imports each instead of a fork: every run after test_plan.py in a bake's suite."""
+    before = dict(os.environ)
+    yield
+    restore_environment(before)
+
+
 def pytest_runtest_setup(item):
     if item.get_closest_marker("xla") and not XLA_AVAILABLE:
         if os.environ.get("REQUIRE_XLA") == "1":
@@ -264,10 +286,11 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def child_env(xla: bool = True, long: bool = False, **extra) -> dict:
+def child_env(xla: bool = True, long: bool = False, base: dict | None = None, **extra) -> dict:
     """The environment of a run: with or without torch_xla, of tens of steps (`long`: LONG_RUN_LEVEL) or not,
-    `extra` on top."""
-    started = {name: value for name, value in os.environ.items() if name not in IMPORT_VARIABLES}
+    `extra` on top; from this process's environment now, or `base`."""
+    started = {name: value for name, value in (os.environ if base is None else base).items()
+               if name not in IMPORT_VARIABLES}
     started.update((name, value) for name, value in BEFORE_IMPORTS.items() if value is not None)
     env = {**started, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **extra}
     if xla:
@@ -344,7 +367,7 @@ def fork_server(xla: bool = True):
     fresh process's imports, once)."""
     server = _fork_servers.get(xla)
     if server is None or not server.alive:
-        env = {key: value for key, value in child_env(xla).items()
+        env = {key: value for key, value in child_env(xla, base=AT_START).items()
                if key != "PYTEST_CURRENT_TEST" and not key.startswith("TEST_")}
         preload = FORK_PRELOAD if xla else tuple(name for name in FORK_PRELOAD if name not in XLA_ONLY)
         server = _fork_servers[xla] = ForkServer(PROJECT, env, preload, prelude="" if xla else NO_XLA_PRELUDE)

@@ -99,17 +99,13 @@ class ForkServer:
         except BaseException:
             self.close()
             raise
-        # Variables the imports changed in the helper's environment: a run may not set these differently. A run may
-        # hold the very value an import set (an import in the test's own process put it in the environment the run
-        # was given, as the plan's tests' jax and libtpu do): its own imports would have set it so.
+        # Variables the imports changed in the helper's environment: a run may not set these differently.
         self.import_changes = set(ready["import_changes"])
-        self.imported = ready["imported"]
 
     def routable(self, env: dict, runtime_variables) -> bool:
         """Whether a run with `env` would import the preloaded modules as the helper did."""
         differing = {key for key in self.env.keys() | env.keys() if self.env.get(key) != env.get(key)}
         free = differing & (FLAG_VARIABLES | EMULATED_VARIABLES)
-        free |= {key for key in differing & self.import_changes if key in env and env[key] == self.imported.get(key)}
         return differing - free <= set(runtime_variables) and not (differing - free) & self.import_changes
 
     def run(self, command, kind: str, target: str, args, env: dict, timeout: float):
@@ -458,8 +454,7 @@ def main(fd: int, folder: str, prelude: str, preload) -> None:
         channel.send({"error": "importing the preloaded modules started the XLA runtime: forking it is unsafe"})
         os._exit(1)
     changes = sorted(key for key in before.keys() | after.keys() if before.get(key) != after.get(key))
-    imported = {key: after[key] for key in changes if key in after}
-    channel.send({"ready": True, "import_changes": changes, "imported": imported})
+    channel.send({"ready": True, "import_changes": changes})
     request, env = _serve(channel, before, after, folder)
     channel.sock.close()
     _run_child(request, env, (out, err))
