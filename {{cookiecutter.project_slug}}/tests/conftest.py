@@ -48,9 +48,8 @@ os.environ["XLA_FLAGS"] = with_tests_flags(os.environ.get("XLA_FLAGS", ""))
 IMPORT_VARIABLES = ("XLA_FLAGS", "GRPC_VERBOSITY", "TF_CPP_MIN_LOG_LEVEL", "PJRT_DYNAMIC_PLUGINS",
                         "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK")
 BEFORE_IMPORTS = {name: os.environ.get(name) for name in IMPORT_VARIABLES}
-# This process's environment as the tests found it (with their XLA flags): a fork server starts from it whenever it
-# starts, so that nothing a test set in this process before (environment_as_it_was) becomes the servers' own.
-AT_START = dict(os.environ)
+# This process's environment as the tests found it: filled before the first test (environment_the_tests_found).
+AT_START = {}
 # A long run (tens of steps) is the other way round: a step of the demo's model runs about twice as fast at LLVM's
 # level 1 as at 0, for more than twice the compile seconds (measured on 2 cores, the default demo's 90 steps with the
 # older emitters: 62 s at level 0, 48 s at level 1; a 6-step quick run 24-26 s -> 34.5 s). child_env(long=True) gives
@@ -256,6 +255,14 @@ def restore_environment(before: dict) -> None:
     os.environ.update(before)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def environment_the_tests_found():
+    """This process's environment once the test modules are imported, before the first test (the imports set some:
+    torch_xla's sets TPU_LIBRARY_PATH). A fork server starts from it whenever it starts, so that nothing a test set in
+    this process before (environment_as_it_was) becomes the server's own and differs from every later run's."""
+    AT_START.update(os.environ)
+
+
 @pytest.fixture(autouse=True)
 def environment_as_it_was():
     """Each test leaves this process's environment as it found it. Code a test runs in this process sets variables
@@ -367,7 +374,7 @@ def fork_server(xla: bool = True):
     fresh process's imports, once)."""
     server = _fork_servers.get(xla)
     if server is None or not server.alive:
-        env = {key: value for key, value in child_env(xla, base=AT_START).items()
+        env = {key: value for key, value in child_env(xla, base=AT_START or None).items()
                if key != "PYTEST_CURRENT_TEST" and not key.startswith("TEST_")}
         preload = FORK_PRELOAD if xla else tuple(name for name in FORK_PRELOAD if name not in XLA_ONLY)
         server = _fork_servers[xla] = ForkServer(PROJECT, env, preload, prelude="" if xla else NO_XLA_PRELUDE)
