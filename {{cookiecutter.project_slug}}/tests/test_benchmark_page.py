@@ -81,3 +81,27 @@ def test_your_run_s_page_shows_the_reference_s_answers_beside_its_own(reference,
     assert all(path.is_file() for path in written.values())
     # The results file itself is plain data: JSON, read without running anything.
     assert json.loads((PROJECT / results_file.REFERENCE).read_text())["format"] == results_file.FORMAT
+
+
+@pytest.mark.parametrize(("flags", "xla_flags", "said"), [
+    # An Intel Xeon of this project's machines (Sapphire Rapids): AVX-512 with bf16 instructions.
+    ("fpu sse2 avx avx2 avx512f avx512_bf16 amx_bf16 amx_tile", "", "512-bit vectors, bf16 instructions amx_bf16 and "
+     "avx512_bf16"),
+    # The same CPU with XLA:CPU's code capped at AVX2 (make flaky's other-CPU run).
+    ("fpu sse2 avx avx2 avx512f avx512_bf16", "--xla_backend_optimization_level=0 --xla_cpu_max_isa=AVX2",
+     "512-bit vectors, bf16 instructions avx512_bf16, XLA:CPU capped at AVX2 (256-bit vectors) by XLA_FLAGS, as another "
+     "CPU would run"),
+    # An older CPU: no bf16 in its flags.
+    ("fpu sse2 avx avx2 fma", "", "256-bit vectors, no bf16 instructions in its flags"),
+])
+def test_what_the_page_says_of_the_cpu_is_read_from_its_flags(reference, flags, xla_flags, said):
+    """The page names the CPU's vectors and bf16 instructions from the flags the run recorded, and says nothing of
+    them for a run that recorded none (the reference before they were recorded)."""
+    found = results_file.cpu(flags=flags, xla_flags=xla_flags)
+    assert results_file.cpu_words(found) == said
+    run = copy.deepcopy(reference)
+    run["cpu"] = found
+    assert f"{run['machine']} ({said})" in page.about(run, "This run")
+    run.pop("cpu")
+    assert f"on {run['machine']}, Python" in page.about(run, "This run")
+    assert isinstance(results_file.cpu(), dict)  # this machine's, as every run records it
