@@ -26,7 +26,7 @@ def labelled_apart(exported: str) -> tuple[list[int], list[int], list[float], li
 
     The run's eval graph on the device and the pipeline on the host are two float32 programs: a row whose two
     probabilities are within float32's bound of each other (tests/comparing.py) may take either label, every other
-    row the same one. The near ties are those rows (none in these runs so far)."""
+    row the same one. The near ties are those rows."""
     from transformers import pipeline
 
     with open(PROJECT / "data" / "demo" / "eval.csv", newline="", encoding="utf-8") as file:
