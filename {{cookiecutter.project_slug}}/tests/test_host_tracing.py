@@ -19,6 +19,15 @@ def test_the_first_steps_are_left_out_and_the_median_is_taken():
     assert traced((5, 6, 7)).seconds_per_step()["steady_steps"] == 1  # a one-step run: its only step
 
 
+def test_the_phases_are_the_median_step_s_and_add_up_to_at_most_its_whole():
+    # Steady steps of 22, 23, 24 and 31 ms: each phase's own median is 10 ms, 30 ms in all, more than the median
+    # step's 23 ms; the phases given are that step's (the lower middle one of four).
+    tracing = traced((0, 0, 0), (0, 0, 0), (1, 10, 10), (10, 2, 10), (10, 10, 3), (10, 10, 10))
+    median = tracing.seconds_per_step()
+    assert median == {"step": 0.023, "forward": 0.01, "backward": 0.002, "optimizer": 0.01, "steady_steps": 4}
+    assert median["forward"] + median["backward"] + median["optimizer"] <= median["step"]
+
+
 def test_a_tpu_step_mostly_traced_is_called_host_bound():
     tracing = traced(*[(30, 30, 30)] * 5)  # 91 ms traced
     waiting = tracing.host_share("xla:TPU", steady_step_seconds=0.1)

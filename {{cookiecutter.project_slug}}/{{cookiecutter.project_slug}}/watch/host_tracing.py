@@ -6,11 +6,10 @@ step, so a steady step takes at least its tracing. At the default models' real l
 21-32 times longer than a v5e computes the step (docs/chip-waiting.md).
 
 The loop marks a step's phases (loop/step.py) up to the hand-over (training.py, just before the sync); the report gives
-the median over the steady steps (the first ones left out: Python's first calls there import and build caches). The
-time spent inside an accumulated step's own syncs is left out: that is the device's, not tracing.
+the median steady step (the first ones left out: Python's first calls there import and build caches), whole and by
+phase. The time spent inside an accumulated step's own syncs is left out: that is the device's, not tracing.
 """
 
-import statistics
 import time
 
 PHASES = ("forward", "backward", "optimizer", "whole_step")  # whole_step: the JAX step, one call for all three
@@ -49,12 +48,15 @@ class HostTracing:
         self._current = None
 
     def seconds_per_step(self) -> dict | None:
-        """Median seconds per steady step: the whole hand-over and each phase (phases a step never marked left out)."""
+        """The median steady step's seconds (the lower middle one of an even count): the whole hand-over and each
+        phase (phases it never marked left out). The phases are that one step's, so they add up to at most its whole:
+        medians taken phase by phase need not (on a loaded machine their sum passed the median step's whole)."""
         steady = self.steps[FIRST_STEPS_LEFT_OUT:] or self.steps[-1:]
         if not steady:
             return None
-        medians = {phase: statistics.median(step[phase] for step in steady) for phase in ("step", *PHASES)}
-        return {**{phase: round(value, 6) for phase, value in medians.items() if value > 0}, "steady_steps": len(steady)}
+        median = sorted(steady, key=lambda step: step["step"])[(len(steady) - 1) // 2]
+        return {**{phase: round(median[phase], 6) for phase in ("step", *PHASES) if median[phase] > 0},
+                "steady_steps": len(steady)}
 
     def host_share(self, kind: str, steady_step_seconds: float | None) -> dict:
         """On a TPU (`kind` xla:TPU), tracing's share of the steady step and whether the chip waits; elsewhere why
