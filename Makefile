@@ -28,6 +28,16 @@ BAKE_TIME := benchmarks/test_bake_time.py
 help: ## List the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'
 
+# pip install into the environment $(1), tried three times: a fresh machine downloads about 7 GB of wheels (torch's
+# CUDA libraries among them), and a CI run once failed in its first 70 s on a connection dropped mid-wheel six times
+# over. pip resumes a broken download itself (--resume-retries); the loop starts it again past that, keeping what the
+# attempt before installed.
+define pip_install
+	for attempt in 1 2 3; do $(1)/bin/pip install --quiet $(2) && break; \
+		if [ $$attempt = 3 ]; then echo "pip install $(2) into $(1) failed three times" >&2; exit 1; fi; \
+		echo "pip install $(2) into $(1) failed (attempt $$attempt of 3); trying again in 30 s" >&2; sleep 30; done
+endef
+
 env: $(STAMP) ## Create the pinned environment in .venv (reused while the pins are unchanged)
 
 # Both environments at once (make test and make check need both): pip spends much of their time waiting on files.
@@ -37,15 +47,15 @@ envs:
 $(STAMP): requirements.txt
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -r requirements.txt
+	$(call pip_install,$(VENV),--upgrade pip)
+	$(call pip_install,$(VENV),--resume-retries 20 -r requirements.txt)
 	touch $@
 
 $(XPK_STAMP): $(XPK_PINS)
 	rm -rf $(XPK_VENV)
 	$(PYTHON) -m venv $(XPK_VENV)
-	$(XPK_VENV)/bin/pip install --quiet --upgrade pip
-	$(XPK_VENV)/bin/pip install --quiet -r $(XPK_PINS)
+	$(call pip_install,$(XPK_VENV),--upgrade pip)
+	$(call pip_install,$(XPK_VENV),--resume-retries 20 -r $(XPK_PINS))
 	touch $@
 
 demo: env ## Bake the template with its defaults into build/ and train the offline demo on an XLA CPU device
