@@ -278,7 +278,7 @@ def trainer_loop(profile: Profile, output_dir: str, tuned: bool = False, logging
         arguments = TrainingArguments(
             output_dir=output_dir, num_train_epochs=config.num_epochs, learning_rate=config.resolved_learning_rate(True),
             per_device_train_batch_size=config.per_chip_train_batch(True, 1),
-            per_device_eval_batch_size=config.eval_batch_size if tuned else 8,
+            per_device_eval_batch_size=config.per_chip_eval_batch(config.per_chip_train_batch(True, 1)) if tuned else 8,
             eval_strategy="epoch", save_strategy="no", logging_strategy="steps" if logging_steps else "no",
             logging_steps=logging_steps or 500, report_to=[], disable_tqdm=True,
             optim="adamw_torch", seed=config.seed, dataloader_drop_last=tuned, bf16=bf16,

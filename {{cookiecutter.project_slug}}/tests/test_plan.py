@@ -307,6 +307,13 @@ def test_the_tpu_compiler_checks_a_narrowed_model_in_both_layouts(tmp_path):
         # The step's time is bound by the compiler's roofline now, not the counted bytes', and never shorter than it.
         assert target["step"]["roofline_seconds"] == compiler["roofline_step_seconds"] <= target["step"]["seconds"]
         assert "compiler" in target["step"]["roofline_from"] and "compiler" in target["run"]["compile_from"]
+        # The evaluation compiled beside the step, at the run's own batch (the train batch: none given here).
+        evaluation = compiler["evaluation"]
+        assert evaluation["fits"] is True and compiler["step_fits"] is True, (layout, evaluation)
+        assert evaluation["batch_per_chip"] == target["evaluation"]["batch_per_chip"] == 16, evaluation
+        assert evaluation["compile_seconds"] > 0 and evaluation["peak_bytes"] > 0
+        assert target["run"]["compile_seconds"] == compiler["compile_seconds"] + evaluation["compile_seconds"]
+        assert target["run"]["compile_from"] == "the TPU compiler's for the training step and the evaluation"
     assert plans["fsdp"]["compiler"]["parts"]["arguments"] < plans["data"]["compiler"]["parts"]["arguments"] / 2
     # The data layout's answer is kept for a run of the same recipe on that slice, fsdp's not (it overstates the run's).
     from {{ cookiecutter.project_slug }}.plan_cli import parse, recipe_of, run_model
@@ -338,6 +345,48 @@ def test_the_tpu_compiler_checks_a_narrowed_model_in_both_layouts(tmp_path):
     assert both["micro_batches"] == 2 and both["fits"] is True and "cached" not in both
     assert both["flops"] > 1.2 * plain["flops"], (both["flops"], plain["flops"])
     assert both["roofline_step_seconds"] > 2 * plain["roofline_step_seconds"]
+
+
+@pytest.mark.slow
+@pytest.mark.machinery
+def test_a_step_that_fits_beside_an_evaluation_that_does_not_is_no_fit_and_a_run_of_it_stops(tmp_path):
+    """The case a Llama-3.1-8B rehearsal met at 4 x 1,024 a chip on a v5e-8, at a small size: the step fits, the
+    evaluation (16,384 rows of 512 tokens a chip: its attention scores alone 17 GiB) does not. --compile says NO for
+    the slice and why, keeps the evaluation's peak as the recipe's answer, and a run of that recipe stops at its start."""
+    pytest.importorskip("libtpu", reason="the plan extra is not installed here (pip install -e '.[plan]' runs this test)")
+    folder = config_folder(tmp_path / "model", {**TINY, "max_position_embeddings": 512})
+    flags = ["--model_name_or_path", str(folder), "--parallelism", "data", "--max_seq_length", "512",
+             "--eval_batch_size", "16384"]
+    report = tmp_path / "plan.json"
+    result = plan(*flags, "--tpu", "v5e-4", "--compile", "--compile_cache", str(tmp_path / "cache"),
+                  "--report", str(report))
+    compiler = json.loads(report.read_text())["targets"]["v5e-4"]["compiler"]
+    assert compiler["step_fits"] is True and compiler["evaluation"]["fits"] is False and compiler["fits"] is False
+    assert compiler["evaluation"]["said"].startswith("Used ") and compiler["evaluation"]["peak_bytes"] > 15.75 * GIB
+    assert [line.split()[-2:] for line in result.stdout.splitlines() if line.startswith("compiler: fits")] == [
+        ["NO", "(evaluation)"]], result.stdout
+    from {{ cookiecutter.project_slug }}.plan_cli import parse, recipe_of, run_model
+    from {{ cookiecutter.project_slug }}.planning import rehearsed, start_check
+    from {{ cookiecutter.project_slug }}.tasks import task
+
+    config, _ = parse(flags)
+    recipe = recipe_of(config, task)
+    model = run_model(config, recipe)
+    found = rehearsed.lookup(tmp_path / "cache", rehearsed.recipe_key(model, recipe, config), "v5e", 4)
+    assert found["largest"] == "the JAX evaluation" and found["fits"] is False
+    assert found["largest_peak_bytes"] == compiler["evaluation"]["peak_bytes"]
+    lines, problem = start_check.check_at_start(model, recipe, 4, int(15.75 * GIB), found, eval_batch=16384)
+    assert "the JAX evaluation" in lines[0], lines
+    assert problem.startswith(f"eval_batch_size=16384: the evaluation needs {found['largest_peak_bytes'] / GIB:.2f} GiB "
+                              "per chip (compiled), more than the 15.75 GiB this device offers"), problem
+    # What it names would fit, by the compiler's own answer.
+    rows = problem.split("what would fit: --eval_batch_size ")[1].split()[0]
+    assert 8192 < int(rows) < 16384, problem
+    again = tmp_path / "again.json"
+    plan(*flags[:-1], rows, "--tpu", "v5e-4", "--compile", "--compile_cache", str(tmp_path / "cache"), "--report",
+         str(again))
+    compiler = json.loads(again.read_text())["targets"]["v5e-4"]["compiler"]
+    assert compiler["evaluation"]["batch_per_chip"] == int(rows) and compiler["fits"] is True, compiler["evaluation"]
 
 
 @pytest.mark.slow
@@ -449,3 +498,39 @@ def test_a_kept_rehearsal_of_the_same_recipe_replaces_the_estimate_at_the_start_
     assert problem and "GiB per chip (rehearsed), more than the 15.75 GiB this device offers" in problem, problem
     (line,), problem = start_check.check_at_start(model, recipe, 4, None, {**found, "largest_peak_bytes": usable})
     assert problem is None and "of the 15.75 GiB a v5e chip offers a program (the chip table" in line, line
+
+
+def test_the_evaluation_s_batch_is_the_run_s_train_batch_unless_given(tmp_path):
+    """--eval_batch_size defaults to the run's own train batch per chip (config/defaults.EVAL_BATCH_SIZE says why): a
+    plan and a run of --train_batch_size 4 evaluate 4 a chip, and a kept answer's key is the same whether the 4 was
+    given or defaulted. Given, it is kept."""
+    from {{ cookiecutter.project_slug }}.config import TrainConfig
+    from {{ cookiecutter.project_slug }}.config.defaults import EVAL_BATCH_SIZE
+    from {{ cookiecutter.project_slug }}.plan_cli import make_plan, parse, recipe_of, run_model
+    from {{ cookiecutter.project_slug }}.planning import rehearsed
+    from {{ cookiecutter.project_slug }}.tasks import task
+
+    assert EVAL_BATCH_SIZE is None  # the bake's answers: the eval batch size left at the train batch size
+    assert TrainConfig(train_batch_size=4).per_chip_eval_batch(4) == 4
+    assert TrainConfig(train_batch_size=4, eval_batch_size=32).per_chip_eval_batch(4) == 32
+    demo = TrainConfig()
+    assert demo.per_chip_eval_batch(demo.per_chip_train_batch(True, 8)) == 2  # the demo's global 16 over 8 chips
+    model = str(config_folder(tmp_path / "model"))
+    for given, evaluated in (([], 4), (["--eval_batch_size", "12"], 12)):
+        report = make_plan(*parse(["--model_name_or_path", model, "--tpu", "v5e-8", "--train_batch_size", "4", *given]),
+                           say=lambda line: None)
+        assert report["recipe"]["eval_batch_size"] == evaluated
+        assert report["targets"]["v5e-8"]["evaluation"]["batch_per_chip"] == evaluated
+    defaulted = TrainConfig(model_name_or_path=model, train_batch_size=4)
+    recipe = recipe_of(defaulted, task)
+    assert rehearsed.recipe_key(run_model(defaulted, recipe), recipe, defaulted) == rehearsed.recipe_key(
+        run_model(defaulted, recipe), recipe, replace(defaulted, eval_batch_size=4))
+
+
+def test_the_table_prints_small_figures_with_their_digits():
+    """A slow step's examples a second and a fast step's milliseconds keep three significant digits, not 0."""
+    from {{ cookiecutter.project_slug }}.planning.table import duration, figure
+
+    assert [figure(value) for value in (0.2504, 3.14159, 42.42, 382682.4)] == ["0.25", "3.14", "42.4", "382682"]
+    assert [duration(seconds) for seconds in (0.0000123, 0.0123, 0.5, 12.4, 7200)] == [
+        "0.0123 ms", "12.3 ms", "500 ms", "12 s", "2 h"]

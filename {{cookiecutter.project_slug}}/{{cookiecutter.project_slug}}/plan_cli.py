@@ -115,7 +115,7 @@ def plan_target(model, config, options, recipe, target, train_examples: int, eva
         "step": timing.step(flops, estimate.step_bytes(memory["parts"]), chip, options.mfu),
         # A forward pass: a third of a step's FLOPs a token (2N + 4LHQT of 6N + 12LHQT), the weights read once a batch.
         "evaluation": timing.evaluation(per_token * recipe.length / 3, memory["parts"]["weights"], chip, options.mfu,
-                                        eval_examples, config.eval_batch_size, devices),
+                                        eval_examples, config.per_chip_eval_batch(recipe.per_chip_batch), devices),
         "run": {"optimizer_steps": steps, "evaluations": epochs + (steps // config.eval_steps if config.eval_steps else 0),
                 "price_per_chip_hour": price,
                 "price_source": "--price_per_chip_hour" if options.price_per_chip_hour is not None else
@@ -131,7 +131,10 @@ def run_time(config, plan: dict) -> None:
     run, compiled, rehearsal = plan["run"], plan["compiler"], plan.get("rehearsal")
     if rehearsal:
         seconds, source = rehearsal["compile_seconds_whole_run"], "the rehearsal's graphs on the TPU compiler"
-    elif compiled:
+    elif compiled and compiled.get("evaluation"):
+        seconds = compiled["compile_seconds"] + compiled["evaluation"]["compile_seconds"]
+        source = "the TPU compiler's for the training step and the evaluation"
+    elif compiled:  # an evaluation that did not compile (out of memory) has its seconds, so this is not reached now
         seconds, source = 2 * compiled["compile_seconds"], ("the TPU compiler's for the training step, twice: the "
                                                             "evaluation's graph assumed to take as long")
     else:
@@ -168,7 +171,7 @@ def make_plan(config: TrainConfig, options: PlanOptions, say=print, argv=None) -
         "recipe": {**vars(recipe), "gradient_accumulation_steps": config.gradient_accumulation_steps,
                    "lora_r": config.lora_r, "num_epochs": config.num_epochs, "max_steps": config.max_steps,
                    "train_examples": train_examples, "eval_examples": eval_examples,
-                   "eval_batch_size": config.eval_batch_size, "eval_steps": config.eval_steps, "mfu": options.mfu},
+                   "eval_batch_size": config.per_chip_eval_batch(recipe.per_chip_batch), "eval_steps": config.eval_steps, "mfu": options.mfu},
         "targets": {},
     }
     for target in chosen:

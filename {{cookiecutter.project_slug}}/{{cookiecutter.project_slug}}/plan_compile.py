@@ -41,6 +41,15 @@ def add_compiles(report: dict, chosen: list, model, config: TrainConfig, recipe:
             said = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
             raise CompileFailed(f"compile for {target.name}: {said}") from error
         with_compiler(report["targets"][target.name], compiled, target.chip)
+        # The evaluation too, at the run's own eval batch: a step that fits says nothing of it (tpu_compile_eval.py).
+        rows = config.per_chip_eval_batch(recipe.per_chip_batch)
+        say(f"compiling the evaluation for {target.name} ({rows} a chip)...")
+        try:
+            evaluation = compile_eval_for(model, recipe, target, rows, cache)
+        except Exception as error:
+            said = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
+            raise CompileFailed(f"compile the evaluation for {target.name}: {said}") from error
+        with_evaluation(report["targets"][target.name], evaluation, rows)
         if (steps := several(config)) > 1:  # --steps_per_execution K: its call compiled too, beside one step's
             say(f"compiling the call of {steps} steps for {target.name}...")
             calls = compile_for(model, config, recipe, target, cache, steps)
@@ -79,6 +88,29 @@ def compile_for(model, config: TrainConfig, recipe: estimate.Recipe, target, cac
         constants=tuple((*group["betas"], group["eps"]) for group in optimizer.param_groups),
         max_grad_norm=config.max_grad_norm or None, steps=steps,
     )
+
+
+def compile_eval_for(model, recipe: estimate.Recipe, target, rows_per_chip: int, cache: Path) -> dict:
+    import torch
+
+    from .tasks import task
+    from .xla.tpu_compile_eval import compile_eval
+
+    topology, bounds = target.topology()
+    return compile_eval(model, task.eval_batch, task.batch_shapes(model, rows_per_chip * target.chips, recipe.length),
+                        topology=topology, chips_per_host_bounds=bounds, shard_weights=recipe.layout == "fsdp",
+                        autocast_dtype=torch.bfloat16 if recipe.level == "bf16" else None, cache=cache)
+
+
+def with_evaluation(plan: dict, compiled: dict, rows_per_chip: int) -> dict:
+    """The evaluation's figures beside the step's: the slice fits the run only where both do."""
+    compiler = plan["compiler"]
+    fits = compiled["peak_bytes"] <= plan["usable_hbm_bytes"] if compiled["fits"] is None else compiled["fits"]
+    compiler["evaluation"] = {"batch_per_chip": rows_per_chip, "fits": fits,
+                              **{key: compiled.get(key) for key in ("peak_bytes", "parts", "compile_seconds", "said")}}
+    compiler["step_fits"] = compiler["fits"]
+    compiler["fits"] = compiler["fits"] and fits
+    return plan
 
 
 def with_compiler(plan: dict, compiled: dict, chip) -> dict:

@@ -13,6 +13,7 @@ from pathlib import Path
 from .config import TrainConfig, UserError
 
 BASE = TrainConfig()  # the bake's defaults: batch size, sequence length, layout
+BATCH = BASE.per_chip_eval_batch(BASE.per_chip_train_batch(False, 1))  # the bake's evaluation batch per chip
 PRECISIONS = {"bf16": "bf16", "no": "fp32"}  # --mixed_precision: the training level it runs the forward at
 {%- if cookiecutter.task == "causal-lm" %}
 GENERATE_ON = ("device", "host")
@@ -29,13 +30,13 @@ class PredictConfig:
 {%- if cookiecutter.task != "causal-lm" %}
     text_pair_column: str | None = field(default=None, metadata={"help": "Second text column, if the model was trained with one."})
     label_column: str | None = field(default=None, metadata={"help": "A column of true labels (0 .. the head's labels - 1), if the input has one: each checked, kept beside the prediction, and the accuracy reported."})
-    batch_size: int = field(default=BASE.eval_batch_size, metadata={"help": "Per chip; the last batch is padded."})
+    batch_size: int = field(default=BATCH, metadata={"help": "Per chip; the last batch is padded."})
     max_seq_length: int | None = field(default=None, metadata={"help": f"Every row padded or cut to this. Default: {BASE.max_seq_length}, or the model's positions if fewer."})
 {%- else %}
     max_new_tokens: int = field(default=32, metadata={"help": "Tokens generated after each prompt."})
     temperature: float = field(default=0.0, metadata={"help": "0: greedy (the most likely token); above 0: sampled."})
     seed: int = field(default=BASE.seed, metadata={"help": "The sampling's random seed."})
-    batch_size: int = field(default=BASE.eval_batch_size, metadata={"help": "Prompts per chip; the last batch is padded."})
+    batch_size: int = field(default=BATCH, metadata={"help": "Prompts per chip; the last batch is padded."})
     generate_on: str = field(default="device", metadata={"help": "device: the XLA device, a static KV cache (2 graphs); host: the host's CPU, one prompt at a time, greedy."})
 {%- endif %}
     mixed_precision: str = field(default={{ cookiecutter.mixed_precision | tojson }}, metadata={"help": "bf16: the forward under torch.autocast(bfloat16), as training's default level; no: float32."})

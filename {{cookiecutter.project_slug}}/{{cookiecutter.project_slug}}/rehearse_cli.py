@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     replicas = chips  # both layouts over SPMD: the batch split over every chip
     scratch = Path(tempfile.mkdtemp(prefix="rehearsal-"))
     global_batch = per_chip * replicas * config.gradient_accumulation_steps
-    files = stand_in_data(config, scratch, global_batch, config.eval_batch_size * replicas, tokenizer)
+    files = stand_in_data(config, scratch, global_batch, config.per_chip_eval_batch(per_chip) * replicas, tokenizer)
     # The run's own evaluation rows where it names a local file: their count and lengths decide its last batch and,
     # with --padding dynamic or buckets, its shapes (each a graph). Else one batch of the demo's.
     eval_file = config.eval_file if config.eval_file and Path(config.eval_file).is_file() else files["eval"]

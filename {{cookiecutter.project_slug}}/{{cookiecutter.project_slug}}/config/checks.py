@@ -17,7 +17,7 @@ def check(config) -> None:
     """Refuse a value that cannot work, with one line naming the field and what is allowed."""
     for name in ({% if cookiecutter.task != "causal-lm" %}"num_labels", {% endif %}"train_batch_size", "gradient_accumulation_steps", "eval_batch_size", "max_seq_length", "num_epochs"):
         value = getattr(config, name)
-        if value is None and name == "train_batch_size":
+        if value is None and name in ("train_batch_size", "eval_batch_size"):  # resolved per run (train_config.py)
             continue
         if not _whole(value, least=1):
             raise ConfigError(f"{name}={value!r}: must be a positive whole number")

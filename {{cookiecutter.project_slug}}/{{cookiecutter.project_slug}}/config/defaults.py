@@ -42,6 +42,10 @@ TRACKERS = ("tensorboard", "wandb", "trackio", "none")  # --report_to: Accelerat
 # A from-scratch model learns the demo at a much higher rate than a pretrained one is fine-tuned at.
 DEMO_LEARNING_RATE = 1e-3
 TRAIN_BATCH_SIZE = {{ cookiecutter.train_batch_size }}  # per chip, the bake's answer
+# --eval_batch_size's default: None is the run's own train batch per chip, whatever --train_batch_size says (the seed's
+# advice: an evaluation as large as the step fits where the step does; a Llama-3.1-8B rehearsal at 4 x 1,024 a chip ran
+# out of a v5e's memory in its evaluation at the bake's 16). A number only where the bake was asked for another size.
+EVAL_BATCH_SIZE = {% if cookiecutter.eval_batch_size|int != cookiecutter.train_batch_size|int %}{{ cookiecutter.eval_batch_size }}{% else %}None{% endif %}
 # The demo's global batch, split over the chips: its schedule (steps, learning rate) is the same on one chip and on
 # eight, so it learns the same. At 16 per chip a v5e-8's global batch of 128 would give the demo 3 steps an epoch.
 DEMO_GLOBAL_BATCH = 16

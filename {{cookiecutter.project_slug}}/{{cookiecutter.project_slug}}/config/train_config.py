@@ -14,6 +14,7 @@ from .defaults import (
     DEFAULT_MODEL,
     DEMO_GLOBAL_BATCH,
     DEMO_LEARNING_RATE,
+    EVAL_BATCH_SIZE,
     LORA_DROPOUT,
     LORA_LEARNING_RATE_FACTOR,
     OPTIMIZERS,
@@ -59,10 +60,9 @@ class TrainConfig(Grouped):
         metadata={"help": "Micro-batches of train_batch_size per optimizer step, run one at a time: the global batch "
                           "is train_batch_size x chips x this. At most two graphs more, whatever it is."},
     )
-    eval_batch_size: int = field(
-        default={{ cookiecutter.eval_batch_size }},
-        metadata={"help": "Per chip. Evaluation compiles one graph of its own at any size (its last batch is padded)."},
-    )
+    eval_batch_size: int | None = field(default=None, metadata={"help": "Per chip; evaluation compiles one graph of its "
+        "own at any size (its last batch padded). Default: " + (f"{EVAL_BATCH_SIZE}, the bake's answer" if EVAL_BATCH_SIZE
+        else "the run's train batch per chip, so that it fits where the step does") + "."})
     max_seq_length: int = field(
         default={{ cookiecutter.max_seq_length }},
         metadata={"help": "{{ 'Tokens in a packed block' if cookiecutter.task == 'causal-lm' else 'Tokens a text is cut and padded to' }}: "
@@ -93,11 +93,8 @@ class TrainConfig(Grouped):
                            f"{', '.join(TRACKERS)}; tensorboard writes OUTPUT_DIR/tensorboard."})
     profile_steps: str | None = field(default=None, metadata={"help": "A-B (or A): trace optimizer steps A to B with "
                                       "torch_xla's profiler into OUTPUT_DIR/profile (TensorBoard's profile plugin)."})
-    learning_rate: float | None = field(
-        default=None,
-        metadata={"help": "Default: {{ cookiecutter.learning_rate }} for a pretrained model (with --lora_r ten times "
-                          "that), 1e-3 for the demo."},
-    )
+    learning_rate: float | None = field(default=None, metadata={"help": "Default: {{ cookiecutter.learning_rate }} for a "
+                                        "pretrained model (with --lora_r ten times that), 1e-3 for the demo."})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW's decoupled weight decay."})
     optim: str = field(
         default="adamw",
@@ -201,10 +198,8 @@ class TrainConfig(Grouped):
     streaming: bool = switch(False, "Read the train split as a stream while training (datasets' streaming: data larger "
         "than the disk, never downloaded whole); needs max_steps, the run's one epoch.")
 {%- endif %}
-    max_recompilations: int | None = field(
-        default=None,
-        metadata={"help": "Stop the run (exit status 2) at the next recompilation past this many. Default: no limit."},
-    )
+    max_recompilations: int | None = field(default=None, metadata={"help": "Stop the run (exit status 2) at the next "
+                                           "recompilation past this many. Default: no limit."})
 
     @property
     def pretrained_learning_rate(self) -> float:
@@ -222,6 +217,10 @@ class TrainConfig(Grouped):
         if demo:
             return max(1, DEMO_GLOBAL_BATCH // (replicas * self.gradient_accumulation_steps))
         return TRAIN_BATCH_SIZE
+
+    def per_chip_eval_batch(self, train_batch: int) -> int:
+        """As given, else the bake's other answer, else `train_batch`, the run's own (defaults.EVAL_BATCH_SIZE: why)."""
+        return self.eval_batch_size or EVAL_BATCH_SIZE or train_batch
 
     def resolved_learning_rate(self, demo: bool) -> float:
         if self.learning_rate is not None:

@@ -91,7 +91,7 @@ def prepare(context: RunContext, model=None) -> Prepared:
     rehearsal = rehearsed.lookup(rehearsed.default_cache(), rehearsed.recipe_key(model, recipe, config), generation,
                                  replicas) if generation else None
     lines, problem = start_check.check_at_start(model, recipe, replicas, devices.memory_per_chip(accelerator.device),
-                                                rehearsal)
+                                                rehearsal, config.per_chip_eval_batch(batch_size))
     for line in lines:
         say(line)
     if problem:
@@ -111,7 +111,7 @@ def prepare(context: RunContext, model=None) -> Prepared:
     per_loader = layout.devices_per_process()
     train_loader = task.train_loader(train_examples, collator, batch_size * per_loader * accumulation, config)
     eval_loader = batching.eval_loader(
-        eval_examples, collator, config.eval_batch_size * per_loader, layout.loader_shards(accelerator)
+        eval_examples, collator, config.per_chip_eval_batch(batch_size) * per_loader, layout.loader_shards(accelerator)
     )
     # Trainable parameters only: with LoRA the frozen base gets no optimizer state (models/lora.py). Biases and
     # normalization weights are not decayed, as in transformers' Trainer (optimizers.parameter_groups).

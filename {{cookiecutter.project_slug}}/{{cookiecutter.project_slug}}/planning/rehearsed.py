@@ -27,8 +27,8 @@ def default_cache() -> Path:
 def recipe_key(model, recipe, config) -> str:
     """A hash of what decides the run's graphs (the module's docstring), the same in plan.py and in the run."""
     parameters = [[name, list(parameter.shape), parameter.requires_grad] for name, parameter in model.named_parameters()]
-    flags = {name: getattr(config, name) for name in ("step_function", "eval_batch_size", "gradient_accumulation_steps",
-                                                      "padding")}
+    flags = {name: getattr(config, name) for name in ("step_function", "gradient_accumulation_steps", "padding")}
+    flags["eval_batch_size"] = config.per_chip_eval_batch(recipe.per_chip_batch)  # as resolved: given or defaulted alike
     text = json.dumps({"parameters": parameters, "recipe": asdict(recipe), "flags": flags}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -49,11 +49,16 @@ def record(cache: Path, key: str, target, rehearsal: dict) -> Path:
 
 
 def record_compiled(cache: Path, key: str, target, compiled: dict) -> Path:
-    """Keep a target's --compile answer (the data layout's JAX step) for runs of the same recipe."""
+    """Keep a target's --compile answer (the data layout's JAX step and its evaluation) for runs of the same recipe:
+    the larger peak of the two, and whether both fit."""
+    peaks = {"the JAX training step": int(compiled["peak_bytes"])}
+    if compiled.get("evaluation"):
+        peaks["the JAX evaluation"] = int(compiled["evaluation"]["peak_bytes"])
+    largest = max(peaks, key=peaks.get)
     return _write(_path(cache, key, target.chip.generation, target.chips, "compile"), {
         "target": target.name, "generation": target.chip.generation, "chips": target.chips, "source": "compile",
-        "rehearsed_on": datetime.date.today().isoformat(), "largest_peak_bytes": int(compiled["peak_bytes"]),
-        "largest": "the JAX training step", "fits": compiled["fits"]})
+        "rehearsed_on": datetime.date.today().isoformat(), "largest_peak_bytes": peaks[largest],
+        "largest": largest, "fits": compiled["fits"]})
 
 
 def _write(path: Path, kept: dict) -> Path:

@@ -39,8 +39,19 @@ def what_would_fit(model, recipe: estimate.Recipe, chips: int, device_bytes: int
     return "; ".join(would_fit) or "a smaller model"
 
 
+def smaller_evaluation(model, recipe: estimate.Recipe, chips: int, device_bytes: int, peak: int, eval_batch: int) -> str:
+    """An eval batch that would fit where the compiler's evaluation at `eval_batch` a chip needed `peak`: its memory
+    past the weights taken to grow with its rows (the compiler's peak at 4,096 and 16,384 rows of a narrowed BERT:
+    4.70 and 18.63 GiB), with a tenth kept back, since the compiler's layout is not exactly linear."""
+    weights = estimate.memory(model, recipe, chips, device_bytes)["parts"]["weights"]
+    rows = int(0.9 * eval_batch * (device_bytes - weights) / (peak - weights)) if device_bytes > weights else 0
+    if rows < 1:
+        return "none at this size: the weights alone fill the chip"
+    return f"--eval_batch_size {rows} or fewer (about; python plan.py --compile --eval_batch_size {rows} to know)"
+
+
 def check_at_start(model, recipe: estimate.Recipe, chips: int, device_bytes: int | None,
-                   rehearsed: dict | None = None) -> tuple[list[str], str | None]:
+                   rehearsed: dict | None = None, eval_batch: int | None = None) -> tuple[list[str], str | None]:
     """(the lines a run prints before it compiles, why it must stop or None).
 
     It stops when the estimate exceeds the chip's memory by more than MEASURED_ERROR (its task's), and warns when by less, naming
@@ -82,6 +93,10 @@ def check_at_start(model, recipe: estimate.Recipe, chips: int, device_bytes: int
                      f"{what_would_fit(model, recipe, chips, device_bytes, peak)}")
         return lines, None
     measured = f" ({'rehearsed' if rehearsed['source'] == 'rehearse' else 'compiled'})" if rehearsed else ""
+    if rehearsed and "evaluation" in rehearsed["largest"] and eval_batch:  # the step fits; its evaluation does not
+        return lines, (f"eval_batch_size={eval_batch}: the evaluation needs {peak / GIB:.2f} GiB per chip{measured}, "
+                       f"more than the {device_bytes / GIB:.2f} GiB this device offers (python plan.py --help); what "
+                       f"would fit: {smaller_evaluation(model, recipe, chips, device_bytes, peak, eval_batch)}")
     return lines, (f"train_batch_size={recipe.per_chip_batch}: the step needs {'' if rehearsed else 'about '}"
                    f"{peak / GIB:.2f} GiB per chip{measured}, "
                    f"more than the {device_bytes / GIB:.2f} GiB this device offers (python plan.py --help); "

@@ -8,8 +8,14 @@ def gib(value) -> str:
     return "-" if value is None else f"{value / GIB:.2f} GiB"
 
 
+def figure(value: float) -> str:
+    """A figure with its digits: whole from 100 up, else three significant (at 1 x 8,192 tokens a chip an 8B model's
+    0.25 examples/s printed as 0)."""
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def duration(seconds: float) -> str:
-    return f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.0f} s" if seconds < 3600 else f"{seconds / 3600:.3g} h"
+    return f"{figure(seconds * 1e3)} ms" if seconds < 1 else f"{seconds:.0f} s" if seconds < 3600 else f"{seconds / 3600:.3g} h"
 
 
 def table(report: dict) -> str:
@@ -37,7 +43,7 @@ def table(report: dict) -> str:
     row("roofline step time", lambda t: duration(t["step"]["roofline_seconds"]) +
         (" (compiler)" if "compiler" in t["step"]["roofline_from"] else ""))
     row("step time (the slower)", lambda t: duration(t["step"]["seconds"]))
-    row("examples/s per device", lambda t: f"{recipe['per_chip_batch'] / t['step']['seconds']:.0f}")
+    row("examples/s per device", lambda t: figure(recipe['per_chip_batch'] / t['step']['seconds']))
     row("optimizer steps", lambda t: str(t["run"]["optimizer_steps"]))
     row("evaluations", lambda t: f"{t['run']['evaluations']} x {duration(t['evaluation']['seconds'])}")
     row("  training", lambda t: duration(t["run"]["training_seconds"]))
@@ -55,11 +61,18 @@ def table(report: dict) -> str:
         for part in ("arguments", "outputs", "temporaries", "code", "aliased"):
             row(f"  {part}", lambda t, part=part: gib(t["compiler"]["parts"][part])
                 if t["compiler"] and part in t["compiler"]["parts"] else "-")
-        row("compiler: fits", compiled("fits", lambda fits: "yes" if fits else "NO"))
         row("estimate / compiler", compiled("estimate_over_compiler", lambda ratio: "-" if ratio is None
                                             else f"{ratio:.2f}"))
         row("compiler FLOPs per device", compiled("flops", lambda flops: f"{flops:.3g}" if flops else "-"))
         row("compile seconds", compiled("compile_seconds", lambda seconds: f"{seconds:.0f}"))
+        evaluation = lambda show: lambda t: show(t["compiler"]["evaluation"]) if (t["compiler"] or {}).get(  # noqa: E731
+            "evaluation") else "-"
+        row("compiler: evaluation's peak", evaluation(lambda found: gib(found["peak_bytes"])))
+        row("  eval batch per device", evaluation(lambda found: str(found["batch_per_chip"])))
+        row("  its compile seconds", evaluation(lambda found: f"{found['compile_seconds']:.0f}"))
+        row("compiler: fits (step and evaluation)", lambda t: "-" if not t["compiler"] else "yes" if t["compiler"]["fits"]
+            else "NO" + ("" if "evaluation" not in t["compiler"] else " (evaluation)" if t["compiler"]["step_fits"]
+                         else " (step)" if t["compiler"]["evaluation"]["fits"] else " (step, evaluation)"))
         if any((report["targets"][name]["compiler"] or {}).get("several_steps") for name in names):
             call = lambda show: lambda t: show(t["compiler"]["several_steps"]) if (t["compiler"] or {}).get(  # noqa: E731
                 "several_steps") else "-"

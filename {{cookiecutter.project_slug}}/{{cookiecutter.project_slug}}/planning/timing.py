@@ -36,7 +36,7 @@ def evaluation(forward_flops_per_example: float, weight_bytes: int, chip, mfu: f
     batches = math.ceil(examples / (batch_per_chip * chips))
     per_batch = max(forward_flops_per_example * batch_per_chip / (chip.peak_bf16_flops * mfu),
                     weight_bytes / chip.hbm_bytes_per_second)
-    return {"examples": examples, "batches": batches, "seconds": batches * per_batch}
+    return {"examples": examples, "batch_per_chip": batch_per_chip, "batches": batches, "seconds": batches * per_batch}
 
 
 def run(steps: int, micro_batches: int, step_seconds: float, evaluations: int, evaluation_seconds: float,

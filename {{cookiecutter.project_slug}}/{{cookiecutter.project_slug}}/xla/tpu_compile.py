@@ -60,7 +60,7 @@ def compile_step(model, batch: dict, *, topology: str, chips_per_host_bounds: tu
 
     `model`: on the meta device, as the run would train it (peft-wrapped, cast). `batch`: {name: (shape, torch dtype)}
     of the global batch (all `accumulation` micro-batches of it), split over every chip along its first dimension. `shard_weights`: FSDPv2's layout, every
-    weight (and its moments) split over the chips (spec() says along which dimension); else each chip holds them
+    weight (and its moments) split over the chips (sharding() says along which dimension); else each chip holds them
     whole (the data layout). `rows`: each trainable weight's optimizer row (its param group); `constants`: each
     row's (beta1, beta2, eps). `steps`: --steps_per_execution's K, the call of K steps (several_steps.py) over K such
     batches. `cache`: a folder of earlier answers (JSON), keyed by everything the compile reads,
@@ -70,7 +70,7 @@ def compile_step(model, batch: dict, *, topology: str, chips_per_host_bounds: tu
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    from jax.sharding import Mesh
 
     key = _cache_key(model, batch, topology, chips_per_host_bounds, shard_weights, autocast_dtype, rows, constants,
                      max_grad_norm, *([accumulation] if accumulation > 1 else []),  # an earlier answer's key unchanged
@@ -83,19 +83,10 @@ def compile_step(model, batch: dict, *, topology: str, chips_per_host_bounds: tu
     mesh = Mesh(np.array(devices), (AXIS,))
     chips = len(devices)
 
-    def spec(shape, split: bool):
-        # FSDPv2 splits the first dimension, its last shard padded when it does not divide (XLA's uneven sharding);
-        # jax refuses an input that does not divide, so the first dimension that does is split instead: the same bytes
-        # per chip, up to that padding (bert-base-cased's 28,996-row table splits by its 768 columns over 8 chips).
-        dimension = next((index for index, size in enumerate(shape) if size % chips == 0), None) if split else None
-        if dimension is None:
-            return NamedSharding(mesh, PartitionSpec())
-        return NamedSharding(mesh, PartitionSpec(*[AXIS if index == dimension else None for index in range(len(shape))]))
-
     def abstract(tensor_or_shape, dtype=None, split=False):
         shape = tuple(tensor_or_shape.shape) if dtype is None else tuple(tensor_or_shape)
         dtype = _jax_dtype(jnp, dtype or tensor_or_shape.dtype)
-        return jax.ShapeDtypeStruct(shape, dtype, sharding=spec(shape, split))
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding(mesh, shape, split))
 
     trainable, frozen = step_inputs(model)
     weights = {name: abstract(p, split=shard_weights) for name, p in trainable.items()}
@@ -117,29 +108,49 @@ def compile_step(model, batch: dict, *, topology: str, chips_per_host_bounds: tu
     def step(trainable, frozen, moments, batch, moving, seed):
         return function(trainable, frozen, moments, batch, moving, seed, rows, constants, max_grad_norm, accumulation)
 
-    started = time.perf_counter()
     # The weights and moments are donated, as the run writes its new ones over them: outputs alias inputs.
     lowered = jax.jit(step, donate_argnums=(0, 2)).lower(weights, fixed, moments, inputs, moving, seed)
+    figures = compiled_or_out_of_hbm(lowered, found, chips, topology)
+    if figures["fits"] is False:
+        return figures
+    # XLA's cost analysis counts a loop's body once: with accumulation its FLOPs and bytes are one micro-batch's pass
+    # and the update (plan_cli.with_compiler times them by this for the step); a call of several steps is a loop too,
+    # counted as one step.
+    return _kept(found, {**figures, "micro_batches": accumulation, "steps_per_call": steps})
+
+
+def sharding(mesh, shape: tuple, split: bool):
+    """An input's layout over the slice's one axis: whole on every chip, or `split` as FSDPv2 splits it."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    # FSDPv2 splits the first dimension, its last shard padded when it does not divide (XLA's uneven sharding); jax
+    # refuses an input that does not divide, so the first dimension that does is split instead: the same bytes per
+    # chip, up to that padding (bert-base-cased's 28,996-row table splits by its 768 columns over 8 chips).
+    chips = mesh.devices.size
+    dimension = next((index for index, size in enumerate(shape) if size % chips == 0), None) if split else None
+    if dimension is None:
+        return NamedSharding(mesh, PartitionSpec())
+    return NamedSharding(mesh, PartitionSpec(*[AXIS if index == dimension else None for index in range(len(shape))]))
+
+
+def compiled_or_out_of_hbm(lowered, found: Path | None, chips: int, topology: str) -> dict:
+    """Compile a lowered function for the TPU: its figures per chip, or the TPU's own verdict that it does not fit
+    (the memory it would have needed); kept in the cache either way."""
+    started = time.perf_counter()
     try:
         compiled = lowered.compile()
     except Exception as error:  # jax raises its XlaRuntimeError, a RuntimeError's subclass in some releases only
         used = OUT_OF_HBM.search(str(error))
         if not used:
             raise
-        # The TPU's own verdict: the step does not fit, and how much it would have needed.
         return _kept(found, {"peak_bytes": int(float(used.group(1)) * 2 ** 30), "parts": {}, "fits": False,
                              "said": used.group(0), "compile_seconds": round(time.perf_counter() - started, 1),
                              "chips": chips, "topology": topology, "flops": None, "bytes_accessed": None})
     seconds = time.perf_counter() - started
     memory, cost = compiled.memory_analysis(), compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list | tuple) else cost
-    return _kept(found, {
-        **_figures(memory, cost), "compile_seconds": round(seconds, 1), "chips": chips, "topology": topology, "fits": None,
-        # XLA's cost analysis counts a loop's body once: with accumulation its FLOPs and bytes are one micro-batch's
-        # pass and the update (plan_cli.with_compiler times them by this for the step); a call of several steps is
-        # a loop too, counted as one step.
-        "micro_batches": accumulation, "steps_per_call": steps,
-    })
+    return {**_figures(memory, cost), "compile_seconds": round(seconds, 1), "chips": chips, "topology": topology,
+            "fits": None}
 
 
 def _figures(memory, cost) -> dict:

@@ -1,0 +1,60 @@
+"""plan.py --compile's evaluation: the run's eval batch as one JAX function (jax_eval.py's), lowered from shapes alone
+and compiled for a TPU by libtpu as tpu_compile.py compiles the step, with the same figures per chip.
+
+Why beside the step: the evaluation is a program of its own, with a batch of its own (--eval_batch_size) and a whole
+batch's logits at once. A Llama-3.1-8B rehearsal at 4 x 1,024 a chip on a v5e-8, whose step fit (12.02 GiB of 15.75),
+ran out of the chip in its evaluation (16 a chip then); a plan that compiled the step alone had said "fits".
+"""
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+
+from .jax_eval import eval_function
+from .jax_step import step_inputs
+from .runtime import torchax_for_the_jax_step
+from .tpu_compile import AXIS, _cache_key, _kept, compiled_or_out_of_hbm, sharding, topology_devices
+
+
+def compile_eval(model, eval_batch, batch: dict, *, topology: str, chips_per_host_bounds: tuple, shard_weights: bool,
+                 autocast_dtype=None, metric_dtype=torch.float32, cache: Path | None = None) -> dict:
+    """Compile the evaluation of one batch for the slice: the compiler's figures per chip (tpu_compile.compile_step's).
+
+    `model`: on the meta device, as the run would evaluate it. `eval_batch`: the task's. `batch`: {name: (shape, torch
+    dtype)} of the global eval batch, split over every chip along its first dimension; each row's `valid` flag beside
+    it, as the run's loader gives it (data/batching.py). `shard_weights`: FSDPv2's layout, as compile_step's."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.experimental import enable_x64
+    from jax.sharding import Mesh
+
+    code = [hashlib.sha256((Path(__file__).parent / name).read_bytes()).hexdigest()
+            for name in ("tpu_compile_eval.py", "jax_eval.py")]  # _cache_key reads the step's code, not these
+    key = _cache_key(model, batch, "evaluation", topology, chips_per_host_bounds, shard_weights, autocast_dtype,
+                     metric_dtype, *code)
+    found = cache / f"{key}.json" if cache else None
+    if found and found.is_file():
+        return {**json.loads(found.read_text()), "cached": str(found)}
+    torchax_for_the_jax_step()
+    devices = topology_devices(topology, chips_per_host_bounds)
+    mesh = Mesh(np.array(devices), (AXIS,))
+    # As the run calls it (jax_eval.WholeEval): with JAX's 64-bit types on, its counts int64 and its inputs as given.
+    dtypes = {torch.int64: jnp.int64, torch.int32: jnp.int32, torch.float32: jnp.float32, torch.bfloat16: jnp.bfloat16,
+              torch.float16: jnp.float16, torch.bool: jnp.bool_}
+
+    def abstract(shape, dtype, split: bool):
+        return jax.ShapeDtypeStruct(tuple(shape), dtypes[dtype], sharding=sharding(mesh, tuple(shape), split))
+
+    trainable, frozen = step_inputs(model)
+    buffers = dict(model.named_buffers())
+    rows = next(iter(batch.values()))[0][0]
+    with enable_x64():  # the inputs' int64 kept, the function traced and lowered as the run's
+        weights = {name: abstract(t.shape, t.dtype, shard_weights and name not in buffers)
+                   for name, t in {**trainable, **frozen}.items()}
+        inputs = {name: abstract(shape, dtype, True) for name, (shape, dtype) in batch.items()}
+        valid = abstract((rows,), torch.int64, True)
+        lowered = jax.jit(eval_function(model, eval_batch, metric_dtype, autocast_dtype)).lower(weights, inputs, valid)
+        return _kept(found, compiled_or_out_of_hbm(lowered, found, len(devices), topology))
