@@ -28,7 +28,8 @@ def table(kept: dict) -> str:
                                                                result["row"]["length"], result["row"]["batch"]))
     for result in rows:
         row = result["row"]
-        other = ", ".join(part for part in (f"LoRA r={row['lora_r']}" if row["lora_r"] else "",
+        frozen = " (frozen base float32)" if row.get("lora_frozen_float32") else ""
+        other = ", ".join(part for part in (f"LoRA r={row['lora_r']}{frozen}" if row["lora_r"] else "",
                                             "checkpointed" if row["checkpointing"] else "") if part) or "-"
         estimate = f"not estimated: {result['estimate_why']}" if result["estimate_peak_gib"] is None \
             else f"{result['estimate_peak_gib']:.2f}"

@@ -18,13 +18,13 @@ BOOLEAN_OPTIONS = [field.name for field in dataclasses.fields(TrainConfig) if fi
 def test_the_boolean_options_are_the_expected_ones():
     assert sorted(BOOLEAN_OPTIONS) == [
         "checkpoint", "compilation_cache", "demo", "export", "gradient_checkpointing", "kahan_summation", "load_best_model_at_end",
-        "merge_lora",
+        "lora_frozen_float32", "merge_lora",
         "overwrite_output_dir", "resume",{% if cookiecutter.task == "causal-lm" %} "streaming",{% endif %} "watch_compilations",
     ]
 
 
 # Options that are errors alone, and what they need beside them.
-NEEDS = {"merge_lora": ["--lora_r", "4"], "streaming": ["--max_steps", "2"]}
+NEEDS = {"merge_lora": ["--lora_r", "4"], "lora_frozen_float32": ["--lora_r", "4"], "streaming": ["--max_steps", "2"]}
 
 
 @pytest.mark.parametrize("name", BOOLEAN_OPTIONS)

@@ -11,6 +11,7 @@ import json
 from dataclasses import replace
 
 import pytest
+import torch
 from conftest import PROJECT, QUICK, TASK, child_env, load_script, python_code, python_command, run
 
 GIB = 2 ** 30
@@ -534,3 +535,34 @@ def test_the_table_prints_small_figures_with_their_digits():
     assert [figure(value) for value in (0.2504, 3.14159, 42.42, 382682.4)] == ["0.25", "3.14", "42.4", "382682"]
     assert [duration(seconds) for seconds in (0.0000123, 0.0123, 0.5, 12.4, 7200)] == [
         "0.0123 ms", "12.3 ms", "500 ms", "12 s", "2 h"]
+
+
+@pytest.mark.machinery
+def test_lora_s_frozen_base_in_bf16_is_half_its_bytes_in_the_estimate_and_the_compiler_s_arguments(tmp_path):
+    """With LoRA under bf16 autocast the frozen base is held in bf16 (models/lora.py, frozen_to_bf16): the plan's model is
+    the run's, so the estimate's weights and the TPU compiler's arguments both count 2 bytes a frozen element, and
+    --lora_frozen_float32 gives 4 back. The adapters and their AdamW state stay float32 in both."""
+    pytest.importorskip("libtpu", reason="the plan extra is not installed here (pip install -e '.[plan]' runs this test)")
+    from {{ cookiecutter.project_slug }}.plan_cli import parse, recipe_of, run_model
+    from {{ cookiecutter.project_slug }}.tasks import task
+
+    folder = config_folder(tmp_path / "model", TINY)
+    flags = ["--model_name_or_path", str(folder), "--max_seq_length", "32", "--lora_r", "4", "--mixed_precision",
+             "bf16", "--pure_bf16", "no", "--parallelism", "data"]
+    found = {}
+    for name, extra in (("bf16", []), ("float32", ["--lora_frozen_float32", "true"])):
+        config, _ = parse([*flags, *extra])
+        model = run_model(config, recipe_of(config, task))
+        frozen = [p for p in model.parameters() if not p.requires_grad]
+        assert {p.dtype for p in frozen} == {torch.bfloat16 if name == "bf16" else torch.float32}
+        assert {p.dtype for p in model.parameters() if p.requires_grad} == {torch.float32}
+        report = tmp_path / f"{name}.json"
+        plan(*flags, *extra, "--tpu", "v5e-1", "--compile", "--compile_cache", str(tmp_path / "cache"),
+             "--report", str(report))
+        target = json.loads(report.read_text())["targets"]["v5e-1"]
+        parts, arguments = target["estimate"]["parts"], target["compiler"]["parts"]["arguments"]
+        state = parts["weights"] + parts["optimizer_state"]
+        assert state <= arguments <= state + 2 ** 20, (name, arguments, parts)
+        found[name] = (parts["weights"], sum(p.numel() for p in frozen))
+    (held, elements), (kept, _) = found["bf16"], found["float32"]
+    assert kept - held == 2 * elements

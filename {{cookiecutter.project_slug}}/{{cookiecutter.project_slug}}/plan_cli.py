@@ -78,6 +78,8 @@ def run_model(config: TrainConfig, recipe: estimate.Recipe):
 
     model = make_graph_friendly(task.build_shape(config))
     model = lora.add_adapters(model, config.model)
+    if recipe.frozen_bf16:  # as the run holds it (loop/preparation.py)
+        lora.frozen_to_bf16(model)
     if config.gradient_checkpointing:
         model.activation_checkpointing_enable()
     return model.to(torch.bfloat16) if recipe.weight_bytes == 2 else model

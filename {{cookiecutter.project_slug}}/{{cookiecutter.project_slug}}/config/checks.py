@@ -83,7 +83,7 @@ def _whole(value, least: int) -> bool:
 
 def _check_lora(config) -> None:
     if config.lora_r is None:
-        for name in ("lora_alpha", "lora_dropout", "lora_target_modules", "merge_lora"):
+        for name in ("lora_alpha", "lora_dropout", "lora_target_modules", "merge_lora", "lora_frozen_float32"):
             if getattr(config, name) not in (None, False):
                 raise ConfigError(f"{name}={getattr(config, name)!r} is for LoRA: set lora_r too (or leave {name} out)")
         return

@@ -47,6 +47,13 @@ class ModelOptions:
     lora_dropout: float | None
     lora_target_modules: str | None
     merge_lora: bool
+    lora_frozen_float32: bool
+
+    def frozen_in_bf16(self, level: str) -> bool:
+        """Whether the frozen base is held in bf16 (models/lora.py, frozen_to_bf16): with LoRA under bf16 autocast (level
+        "bf16"), unless asked not to. Under autocast every matmul reads its weight in bf16 anyway; what changes is
+        what is not a matmul (the embedding's rows, the norms' scales, the biases) and half the base's bytes."""
+        return self.lora_r is not None and level == "bf16" and not self.lora_frozen_float32
 
     @property
     def resolved_lora_alpha(self) -> float:

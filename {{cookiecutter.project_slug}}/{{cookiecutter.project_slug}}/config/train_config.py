@@ -176,22 +176,16 @@ class TrainConfig(Grouped):
     )
     export: bool = switch(True, "At the end, write the model and tokenizer to OUTPUT_DIR/model with save_pretrained.")
     # LoRA (models/lora.py): adapters on a frozen base instead of full fine-tuning. The others need lora_r.
-    lora_r: int | None = field(
-        default=None,
-        metadata={"help": "Train LoRA adapters of this rank (peft) on a frozen base: only they (and a classifier's "
-                          "head) get optimizer state and go into checkpoints. Default: full fine-tuning."},
-    )
+    lora_r: int | None = field(default=None, metadata={"help": "Train LoRA adapters of this rank (peft) on a frozen "
+        "base: only they (and a classifier's head) get optimizer state and go into checkpoints. Default: full fine-tuning."})
     lora_alpha: float | None = field(default=None, metadata={"help": "LoRA scaling numerator (scale alpha/r). Default: 2 x lora_r."})
     lora_dropout: float | None = field(default=None, metadata={"help": f"Dropout on the adapters' input. Default: {LORA_DROPOUT}."})
-    lora_target_modules: str | None = field(
-        default=None,
-        metadata={"help": "Comma-separated names of the layers to adapt (query,value). Default: peft's for the model "
-                          "type (BERT: query,value; Llama: q_proj,v_proj)."},
-    )
-    merge_lora: bool = switch(
-        False, "With lora_r: the export also writes OUTPUT_DIR/model-merged, the adapters merged into the base "
-        "(a plain model: from_pretrained loads it without peft)."
-    )
+    lora_target_modules: str | None = field(default=None, metadata={"help": "Comma-separated names of the layers to "
+        "adapt (query,value). Default: peft's for the model type (BERT: query,value; Llama: q_proj,v_proj)."})
+    merge_lora: bool = switch(False, "With lora_r: the export also writes OUTPUT_DIR/model-merged, the adapters merged "
+                              "into the base (a plain model: from_pretrained loads it without peft).")
+    lora_frozen_float32: bool = switch(False, "With lora_r and bf16 autocast: keep the frozen base in float32. Default: "
+                                       "bf16, half its bytes (the adapters, a head and their optimizer state stay float32).")
 {%- if cookiecutter.task == "causal-lm" %}
     samples: int = field(default=2, metadata={"help": "After the export, print this many greedy continuations of eval "
         "prompts, generated on the host's CPU from the exported model (nothing compiled on the device). 0: none."})

@@ -73,6 +73,9 @@ def prepare(context: RunContext, model=None) -> Prepared:
     say(f"data: prepared in {seconds:.1f} s" + (" (read from the cache)" if cached else ""))
     check_positions(model, config.max_seq_length)  # before anything compiles: XLA clamps a read past the table
     model = lora.add_adapters(make_graph_friendly(model), config.model)  # unchanged without lora_r
+    if config.model.frozen_in_bf16(precision_report.effective):
+        say(lora.frozen_to_bf16(model))
+        precision_report.stored = {**precision_report.stored, "weights": "float32 trained, the frozen base bf16 (LoRA)"}
     learning_rate = config.resolved_learning_rate(demo)
     if precision_report.effective.startswith("pure-") and not precision_report.kahan_summation:
         precision_report.updates_at_risk = bf16_updates.updates_at_risk(model, learning_rate)

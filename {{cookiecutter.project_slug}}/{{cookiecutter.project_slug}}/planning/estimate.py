@@ -61,13 +61,15 @@ class Recipe:
     kahan_summation: bool = False
     gradient_checkpointing: bool = False
     causal_lm: bool = False
+    frozen_bf16: bool = False  # LoRA's frozen base held in bf16 (config/groups.py, ModelOptions.frozen_in_bf16)
 
     @classmethod
     def of(cls, config, per_chip_batch: int, level: str, layout: str, task_name: str) -> "Recipe":
         """A run's recipe: its flags (TrainConfig), per-chip batch, precision level and layout."""
         return cls(per_chip_batch=per_chip_batch, length=config.max_seq_length, level=level, layout=layout,
                    optimizer=config.optim, kahan_summation=config.kahan_summation,
-                   gradient_checkpointing=config.gradient_checkpointing, causal_lm=task_name == "causal-lm")
+                   gradient_checkpointing=config.gradient_checkpointing, causal_lm=task_name == "causal-lm",
+                   frozen_bf16=config.model.frozen_in_bf16(level))
 
     @property
     def weight_bytes(self) -> int:
@@ -91,9 +93,10 @@ def state_bytes(model, recipe: Recipe, chips: int) -> dict:
         # FSDPv2 splits a weight's first dimension over the chips, a short last shard padded (XLA's uneven sharding).
         rows = -(-shape[0] // shards) if shape else 1
         numel = rows * math.prod(shape[1:])
-        weights += numel * recipe.weight_bytes
         if not parameter.requires_grad:
+            weights += numel * (2 if recipe.frozen_bf16 else recipe.weight_bytes)
             continue
+        weights += numel * recipe.weight_bytes
         gradients += numel * recipe.weight_bytes
         if recipe.optimizer == "adafactor":
             # transformers' Adafactor: a row and a column of float32 second moments per matrix, no first moment.
