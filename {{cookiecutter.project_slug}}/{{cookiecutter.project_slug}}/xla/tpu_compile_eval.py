@@ -15,7 +15,7 @@ import torch
 from .jax_eval import eval_function
 from .jax_step import step_inputs
 from .runtime import torchax_for_the_jax_step
-from .tpu_compile import AXIS, _cache_key, _kept, compiled_or_out_of_hbm, sharding, topology_devices
+from .tpu_compile import AXIS, _cache_key, _jax_dtype, _kept, compiled_or_out_of_hbm, sharding, topology_devices
 
 
 def compile_eval(model, eval_batch, batch: dict, *, topology: str, chips_per_host_bounds: tuple, shard_weights: bool,
@@ -26,9 +26,7 @@ def compile_eval(model, eval_batch, batch: dict, *, topology: str, chips_per_hos
     dtype)} of the global eval batch, split over every chip along its first dimension; each row's `valid` flag beside
     it, as the run's loader gives it (data/batching.py). `shard_weights`: FSDPv2's layout, as compile_step's."""
     import jax
-    import jax.numpy as jnp
     import numpy as np
-    from jax.experimental import enable_x64
     from jax.sharding import Mesh
 
     code = [hashlib.sha256((Path(__file__).parent / name).read_bytes()).hexdigest()
@@ -41,20 +39,22 @@ def compile_eval(model, eval_batch, batch: dict, *, topology: str, chips_per_hos
     torchax_for_the_jax_step()
     devices = topology_devices(topology, chips_per_host_bounds)
     mesh = Mesh(np.array(devices), (AXIS,))
-    # As the run calls it (jax_eval.WholeEval): with JAX's 64-bit types on, its counts int64 and its inputs as given.
-    dtypes = {torch.int64: jnp.int64, torch.int32: jnp.int32, torch.float32: jnp.float32, torch.bfloat16: jnp.bfloat16,
-              torch.float16: jnp.float16, torch.bool: jnp.bool_}
 
     def abstract(shape, dtype, split: bool):
-        return jax.ShapeDtypeStruct(tuple(shape), dtypes[dtype], sharding=sharding(mesh, tuple(shape), split))
+        return jax.ShapeDtypeStruct(tuple(shape), _jax_dtype(jax.numpy, dtype), sharding=sharding(mesh, tuple(shape), split))
 
     trainable, frozen = step_inputs(model)
     buffers = dict(model.named_buffers())
     rows = next(iter(batch.values()))[0][0]
-    with enable_x64():  # the inputs' int64 kept, the function traced and lowered as the run's
-        weights = {name: abstract(t.shape, t.dtype, shard_weights and name not in buffers)
-                   for name, t in {**trainable, **frozen}.items()}
-        inputs = {name: abstract(shape, dtype, True) for name, (shape, dtype) in batch.items()}
-        valid = abstract((rows,), torch.int64, True)
-        lowered = jax.jit(eval_function(model, eval_batch, metric_dtype, autocast_dtype)).lower(weights, inputs, valid)
-        return _kept(found, compiled_or_out_of_hbm(lowered, found, len(devices), topology))
+    weights = {name: abstract(t.shape, t.dtype, shard_weights and name not in buffers)
+               for name, t in {**trainable, **frozen}.items()}
+    inputs = {name: abstract(shape, dtype, True) for name, (shape, dtype) in batch.items()}
+    valid = abstract((rows,), torch.int64, True)
+    # Traced with JAX's 32-bit integers, as the step is (jax_step._int32), where the run traces its evaluation with
+    # 64-bit ones on (jax_eval.py: its counts are int64 sums). libtpu 0.0.21 aborts the whole process compiling a
+    # Llama forward traced with 64-bit integers once any input is split over more than one chip ("windowing_util.cc:
+    # Check failed: desc->window_bounds.size() == rank (3 vs. 1)", on v5e-4, v5e-8, v6e-8 and v5p-8 alike; one chip
+    # compiles). What decides the peak is the forward's float activations and logits, the same in both; the integers
+    # are the batch's token ids and a few counts.
+    lowered = jax.jit(eval_function(model, eval_batch, metric_dtype, autocast_dtype)).lower(weights, inputs, valid)
+    return _kept(found, compiled_or_out_of_hbm(lowered, found, len(devices), topology))
