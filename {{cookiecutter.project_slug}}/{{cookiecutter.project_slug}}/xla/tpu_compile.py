@@ -69,19 +69,14 @@ def compile_step(model, batch: dict, *, topology: str, chips_per_host_bounds: tu
     """
     import jax
     import jax.numpy as jnp
-    import numpy as np
-    from jax.sharding import Mesh
 
     key = _cache_key(model, batch, topology, chips_per_host_bounds, shard_weights, autocast_dtype, rows, constants,
                      max_grad_norm, *([accumulation] if accumulation > 1 else []),  # an earlier answer's key unchanged
                      *(["scan_layers"] if scan_layers else []), *([f"steps={steps}"] if steps > 1 else []))
-    found = cache / f"{key}.json" if cache else None
-    if found and found.is_file():
-        return {**json.loads(found.read_text()), "cached": str(found)}
-    torchax_for_the_jax_step()
-    devices = topology_devices(topology, chips_per_host_bounds)
-    mesh = Mesh(np.array(devices), (AXIS,))
-    chips = len(devices)
+    found, kept, mesh = kept_or_mesh(cache, key, topology, chips_per_host_bounds)
+    if kept:
+        return kept
+    chips = mesh.devices.size
 
     def abstract(tensor_or_shape, dtype=None, split=False):
         shape = tuple(tensor_or_shape.shape) if dtype is None else tuple(tensor_or_shape)
@@ -117,6 +112,18 @@ def compile_step(model, batch: dict, *, topology: str, chips_per_host_bounds: tu
     # and the update (plan_cli.with_compiler times them by this for the step); a call of several steps is a loop too,
     # counted as one step.
     return _kept(found, {**figures, "micro_batches": accumulation, "steps_per_call": steps})
+
+
+def kept_or_mesh(cache: Path | None, key: str, topology: str, chips_per_host_bounds: tuple):
+    """(the cache's file for `key`, the answer kept there or None, else the slice's one-axis mesh to compile for)."""
+    import numpy as np
+    from jax.sharding import Mesh
+
+    found = cache / f"{key}.json" if cache else None
+    if found and found.is_file():
+        return found, {**json.loads(found.read_text()), "cached": str(found)}, None
+    torchax_for_the_jax_step()
+    return found, None, Mesh(np.array(topology_devices(topology, chips_per_host_bounds)), (AXIS,))
 
 
 def sharding(mesh, shape: tuple, split: bool):

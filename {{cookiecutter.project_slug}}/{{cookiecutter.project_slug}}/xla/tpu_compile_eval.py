@@ -7,15 +7,13 @@ ran out of the chip in its evaluation (16 a chip then); a plan that compiled the
 """
 
 import hashlib
-import json
 from pathlib import Path
 
 import torch
 
 from .jax_eval import eval_function
 from .jax_step import step_inputs
-from .runtime import torchax_for_the_jax_step
-from .tpu_compile import AXIS, _cache_key, _jax_dtype, _kept, compiled_or_out_of_hbm, sharding, topology_devices
+from .tpu_compile import _cache_key, _jax_dtype, _kept, compiled_or_out_of_hbm, kept_or_mesh, sharding
 
 
 def compile_eval(model, eval_batch, batch: dict, *, topology: str, chips_per_host_bounds: tuple, shard_weights: bool,
@@ -26,19 +24,14 @@ def compile_eval(model, eval_batch, batch: dict, *, topology: str, chips_per_hos
     dtype)} of the global eval batch, split over every chip along its first dimension; each row's `valid` flag beside
     it, as the run's loader gives it (data/batching.py). `shard_weights`: FSDPv2's layout, as compile_step's."""
     import jax
-    import numpy as np
-    from jax.sharding import Mesh
 
     code = [hashlib.sha256((Path(__file__).parent / name).read_bytes()).hexdigest()
             for name in ("tpu_compile_eval.py", "jax_eval.py")]  # _cache_key reads the step's code, not these
     key = _cache_key(model, batch, "evaluation", topology, chips_per_host_bounds, shard_weights, autocast_dtype,
                      metric_dtype, *code)
-    found = cache / f"{key}.json" if cache else None
-    if found and found.is_file():
-        return {**json.loads(found.read_text()), "cached": str(found)}
-    torchax_for_the_jax_step()
-    devices = topology_devices(topology, chips_per_host_bounds)
-    mesh = Mesh(np.array(devices), (AXIS,))
+    found, kept, mesh = kept_or_mesh(cache, key, topology, chips_per_host_bounds)
+    if kept:
+        return kept
 
     def abstract(shape, dtype, split: bool):
         return jax.ShapeDtypeStruct(tuple(shape), _jax_dtype(jax.numpy, dtype), sharding=sharding(mesh, tuple(shape), split))
@@ -57,4 +50,4 @@ def compile_eval(model, eval_batch, batch: dict, *, topology: str, chips_per_hos
     # compiles). What decides the peak is the forward's float activations and logits, the same in both; the integers
     # are the batch's token ids and a few counts.
     lowered = jax.jit(eval_function(model, eval_batch, metric_dtype, autocast_dtype)).lower(weights, inputs, valid)
-    return _kept(found, compiled_or_out_of_hbm(lowered, found, len(devices), topology))
+    return _kept(found, compiled_or_out_of_hbm(lowered, found, mesh.devices.size, topology))
