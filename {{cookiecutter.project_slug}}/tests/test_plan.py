@@ -537,6 +537,7 @@ def test_the_table_prints_small_figures_with_their_digits():
         "0.0123 ms", "12.3 ms", "500 ms", "12 s", "2 h"]
 
 
+@pytest.mark.slow
 @pytest.mark.machinery
 def test_lora_s_frozen_base_in_bf16_is_half_its_bytes_in_the_estimate_and_the_compiler_s_arguments(tmp_path):
     """With LoRA under bf16 autocast the frozen base is held in bf16 (models/lora.py, frozen_to_bf16): the plan's model is
@@ -568,6 +569,7 @@ def test_lora_s_frozen_base_in_bf16_is_half_its_bytes_in_the_estimate_and_the_co
     assert kept - held == 2 * elements
 
 
+@pytest.mark.slow
 @pytest.mark.machinery("causal-lm")
 def test_a_decoder_s_evaluation_compiles_for_a_slice_of_several_chips(tmp_path):
     """--compile of a narrowed Llama with LoRA on a v5e-8 under fsdp: the step and the evaluation both compile and fit.
