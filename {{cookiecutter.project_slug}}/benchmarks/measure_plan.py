@@ -165,7 +165,7 @@ def measure(row: Row, folder, report_path, max_seq_length: int | None = None) ->
         "estimate_why": estimated.get("why"), "compiler_peak_gib": gib(compiled["peak_bytes"]),
         "estimate_over_compiler": compiled["estimate_over_compiler"],
         # The step's own verdict: the estimate is the step's (--compile's `fits` also holds the evaluation to the chip).
-        "compiler_fits": compiled.get("step_fits", compiled["fits"]), "estimate_fits": target["fits"], "compile_seconds": compiled["compile_seconds"],
+        "compiler_fits": compiled["step_fits"], "estimate_fits": target["fits"], "compile_seconds": compiled["compile_seconds"],
         "compiler_answer_cached": "cached" in compiled,
         "compiler_parts_gib": {name: value / 2 ** 30 for name, value in compiled["parts"].items()},
         "estimate_parts_gib": {name: gib(value) for name, value in estimated["parts"].items()},

@@ -133,12 +133,9 @@ def run_time(config, plan: dict) -> None:
     run, compiled, rehearsal = plan["run"], plan["compiler"], plan.get("rehearsal")
     if rehearsal:
         seconds, source = rehearsal["compile_seconds_whole_run"], "the rehearsal's graphs on the TPU compiler"
-    elif compiled and compiled.get("evaluation"):
+    elif compiled:
         seconds = compiled["compile_seconds"] + compiled["evaluation"]["compile_seconds"]
         source = "the TPU compiler's for the training step and the evaluation"
-    elif compiled:  # an evaluation that did not compile (out of memory) has its seconds, so this is not reached now
-        seconds, source = 2 * compiled["compile_seconds"], ("the TPU compiler's for the training step, twice: the "
-                                                            "evaluation's graph assumed to take as long")
     else:
         seconds, source = 2 * timing.ASSUMED_COMPILE_SECONDS, (f"assumed: {timing.ASSUMED_COMPILE_SECONDS} s a graph, "
                                                                "the training step's and the evaluation's")

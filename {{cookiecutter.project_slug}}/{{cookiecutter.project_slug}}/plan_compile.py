@@ -35,20 +35,13 @@ def add_compiles(report: dict, chosen: list, model, config: TrainConfig, recipe:
     for target in chosen:
         say(f"compiling the step for {target.name} ({target.topology()[0]}) with the TPU's compiler "
             f"(answers kept in {cache})...")
-        try:
-            compiled = compile_for(model, config, recipe, target, cache)
-        except Exception as error:  # anything but "does not fit" (a figure, not an error): the compiler's words
-            said = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
-            raise CompileFailed(f"compile for {target.name}: {said}") from error
+        compiled = refused_as_error(f"compile for {target.name}", compile_for, model, config, recipe, target, cache)
         with_compiler(report["targets"][target.name], compiled, target.chip)
         # The evaluation too, at the run's own eval batch: a step that fits says nothing of it (tpu_compile_eval.py).
         rows = config.per_chip_eval_batch(recipe.per_chip_batch)
         say(f"compiling the evaluation for {target.name} ({rows} a chip)...")
-        try:
-            evaluation = compile_eval_for(model, recipe, target, rows, cache)
-        except Exception as error:
-            said = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
-            raise CompileFailed(f"compile the evaluation for {target.name}: {said}") from error
+        evaluation = refused_as_error(f"compile the evaluation for {target.name}", compile_eval_for, model, recipe, target,
+                                      rows, cache)
         with_evaluation(report["targets"][target.name], evaluation, rows)
         if (steps := several(config)) > 1:  # --steps_per_execution K: its call compiled too, beside one step's
             say(f"compiling the call of {steps} steps for {target.name}...")
@@ -58,6 +51,16 @@ def add_compiles(report: dict, chosen: list, model, config: TrainConfig, recipe:
         if recipe.layout == "data" and config.step_function != "lazy":
             rehearsed.record_compiled(cache, rehearsed.recipe_key(model, recipe, config), target,
                                       report["targets"][target.name]["compiler"])
+
+
+def refused_as_error(what: str, compile_it, *arguments) -> dict:
+    """compile_it(*arguments)'s figures; anything it raises but "does not fit" (a figure, not an error) as
+    CompileFailed, in the compiler's own first line."""
+    try:
+        return compile_it(*arguments)
+    except Exception as error:
+        said = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
+        raise CompileFailed(f"{what}: {said}") from error
 
 
 def several(config: TrainConfig) -> int:

@@ -93,8 +93,9 @@ def prepare(context: RunContext, model=None) -> Prepared:
     generation = chip_generation() if accelerator.num_processes == 1 or layout.name == "fsdp" else None
     rehearsal = rehearsed.lookup(rehearsed.default_cache(), rehearsed.recipe_key(model, recipe, config), generation,
                                  replicas) if generation else None
+    eval_batch = config.per_chip_eval_batch(batch_size)
     lines, problem = start_check.check_at_start(model, recipe, replicas, devices.memory_per_chip(accelerator.device),
-                                                rehearsal, config.per_chip_eval_batch(batch_size))
+                                                rehearsal, eval_batch)
     for line in lines:
         say(line)
     if problem:
@@ -114,7 +115,7 @@ def prepare(context: RunContext, model=None) -> Prepared:
     per_loader = layout.devices_per_process()
     train_loader = task.train_loader(train_examples, collator, batch_size * per_loader * accumulation, config)
     eval_loader = batching.eval_loader(
-        eval_examples, collator, config.per_chip_eval_batch(batch_size) * per_loader, layout.loader_shards(accelerator)
+        eval_examples, collator, eval_batch * per_loader, layout.loader_shards(accelerator)
     )
     # Trainable parameters only: with LoRA the frozen base gets no optimizer state (models/lora.py). Biases and
     # normalization weights are not decayed, as in transformers' Trainer (optimizers.parameter_groups).

@@ -51,9 +51,8 @@ def record(cache: Path, key: str, target, rehearsal: dict) -> Path:
 def record_compiled(cache: Path, key: str, target, compiled: dict) -> Path:
     """Keep a target's --compile answer (the data layout's JAX step and its evaluation) for runs of the same recipe:
     the larger peak of the two, and whether both fit."""
-    peaks = {"the JAX training step": int(compiled["peak_bytes"])}
-    if compiled.get("evaluation"):
-        peaks["the JAX evaluation"] = int(compiled["evaluation"]["peak_bytes"])
+    peaks = {"the JAX training step": int(compiled["peak_bytes"]),
+             "the JAX evaluation": int(compiled["evaluation"]["peak_bytes"])}
     largest = max(peaks, key=peaks.get)
     return _write(_path(cache, key, target.chip.generation, target.chips, "compile"), {
         "target": target.name, "generation": target.chip.generation, "chips": target.chips, "source": "compile",

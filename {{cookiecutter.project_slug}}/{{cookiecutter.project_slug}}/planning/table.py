@@ -65,14 +65,13 @@ def table(report: dict) -> str:
                                             else f"{ratio:.2f}"))
         row("compiler FLOPs per device", compiled("flops", lambda flops: f"{flops:.3g}" if flops else "-"))
         row("compile seconds", compiled("compile_seconds", lambda seconds: f"{seconds:.0f}"))
-        evaluation = lambda show: lambda t: show(t["compiler"]["evaluation"]) if (t["compiler"] or {}).get(  # noqa: E731
-            "evaluation") else "-"
+        evaluation = lambda show: lambda t: show(t["compiler"]["evaluation"]) if t["compiler"] else "-"  # noqa: E731
         row("compiler: evaluation's peak", evaluation(lambda found: gib(found["peak_bytes"])))
         row("  eval batch per device", evaluation(lambda found: str(found["batch_per_chip"])))
         row("  its compile seconds", evaluation(lambda found: f"{found['compile_seconds']:.0f}"))
         row("compiler: fits (step and evaluation)", lambda t: "-" if not t["compiler"] else "yes" if t["compiler"]["fits"]
-            else "NO" + ("" if "evaluation" not in t["compiler"] else " (evaluation)" if t["compiler"]["step_fits"]
-                         else " (step)" if t["compiler"]["evaluation"]["fits"] else " (step, evaluation)"))
+            else "NO (evaluation)" if t["compiler"]["step_fits"] else "NO (step)" if t["compiler"]["evaluation"]["fits"]
+            else "NO (step, evaluation)")
         if any((report["targets"][name]["compiler"] or {}).get("several_steps") for name in names):
             call = lambda show: lambda t: show(t["compiler"]["several_steps"]) if (t["compiler"] or {}).get(  # noqa: E731
                 "several_steps") else "-"

@@ -105,9 +105,9 @@ def compile_step(model, batch: dict, *, topology: str, chips_per_host_bounds: tu
 
     # The weights and moments are donated, as the run writes its new ones over them: outputs alias inputs.
     lowered = jax.jit(step, donate_argnums=(0, 2)).lower(weights, fixed, moments, inputs, moving, seed)
-    figures = compiled_or_out_of_hbm(lowered, found, chips, topology)
+    figures = compiled_or_out_of_hbm(lowered, chips, topology)
     if figures["fits"] is False:
-        return figures
+        return _kept(found, figures)
     # XLA's cost analysis counts a loop's body once: with accumulation its FLOPs and bytes are one micro-batch's pass
     # and the update (plan_cli.with_compiler times them by this for the step); a call of several steps is a loop too,
     # counted as one step.
@@ -140,9 +140,9 @@ def sharding(mesh, shape: tuple, split: bool):
     return NamedSharding(mesh, PartitionSpec(*[AXIS if index == dimension else None for index in range(len(shape))]))
 
 
-def compiled_or_out_of_hbm(lowered, found: Path | None, chips: int, topology: str) -> dict:
+def compiled_or_out_of_hbm(lowered, chips: int, topology: str) -> dict:
     """Compile a lowered function for the TPU: its figures per chip, or the TPU's own verdict that it does not fit
-    (the memory it would have needed); kept in the cache either way."""
+    (the memory it would have needed, `fits` False)."""
     started = time.perf_counter()
     try:
         compiled = lowered.compile()
@@ -150,9 +150,9 @@ def compiled_or_out_of_hbm(lowered, found: Path | None, chips: int, topology: st
         used = OUT_OF_HBM.search(str(error))
         if not used:
             raise
-        return _kept(found, {"peak_bytes": int(float(used.group(1)) * 2 ** 30), "parts": {}, "fits": False,
-                             "said": used.group(0), "compile_seconds": round(time.perf_counter() - started, 1),
-                             "chips": chips, "topology": topology, "flops": None, "bytes_accessed": None})
+        return {"peak_bytes": int(float(used.group(1)) * 2 ** 30), "parts": {}, "fits": False, "said": used.group(0),
+                "compile_seconds": round(time.perf_counter() - started, 1), "chips": chips, "topology": topology,
+                "flops": None, "bytes_accessed": None}
     seconds = time.perf_counter() - started
     memory, cost = compiled.memory_analysis(), compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list | tuple) else cost

@@ -50,4 +50,4 @@ def compile_eval(model, eval_batch, batch: dict, *, topology: str, chips_per_hos
     # compiles). What decides the peak is the forward's float activations and logits, the same in both; the integers
     # are the batch's token ids and a few counts.
     lowered = jax.jit(eval_function(model, eval_batch, metric_dtype, autocast_dtype)).lower(weights, inputs, valid)
-    return _kept(found, compiled_or_out_of_hbm(lowered, found, mesh.devices.size, topology))
+    return _kept(found, compiled_or_out_of_hbm(lowered, mesh.devices.size, topology))
